@@ -1,0 +1,43 @@
+"""What a handler sees: the request's identity and the broker's services."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.clock import Clock
+    from oncelog.config import BrokerConfig
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(slots=True)
+class BrokerContext:
+    """The services every handler may use (built once by the server's composition root)."""
+
+    config: BrokerConfig
+    clock: Clock
+    replicas: ReplicaManager
+    node: Node
+
+
+@dataclass(frozen=True, slots=True)
+class RequestContext:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+    connection_id: str
+    broker: BrokerContext
+
+    def response_class(self) -> type[Any]:
+        from oncelog.protocol.codec import response_class
+
+        return response_class(self.api_key, self.api_version)

@@ -1,0 +1,136 @@
+"""From a request frame to a response frame, sans-IO.
+
+1. Read api key, version and correlation id; an unknown key or an unsupported version closes
+   the connection, except ApiVersions, which answers in the v0 layout with
+   UNSUPPORTED_VERSION and our ranges so the client can retry with a version we have.
+2. Decode header and body with kio; anything malformed closes the connection.
+3. Run the API's handler; build its answer into the requested version and frame it.
+A handler that raises anything but CloseConnection is a bug: it is logged and that one
+connection is closed, never the broker.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from oncelog.broker.context import BrokerContext, RequestContext
+from oncelog.broker.handlers import (
+    NO_RESPONSE,
+    CloseConnection,
+    api_versions,
+    create_topics,
+    delete_records,
+    delete_topics,
+    describe_configs,
+    fetch,
+    list_offsets,
+    metadata,
+    offset_for_leader_epoch,
+    produce,
+)
+from oncelog.broker.purgatory import Delayed
+from oncelog.protocol.codec import (
+    DecodeError,
+    build,
+    decode_request,
+    encode_response,
+    is_flexible,
+    request_class,
+    response_class,
+)
+from oncelog.protocol.headers import HeaderError, parse_request_header, peek_ids
+from oncelog.protocol.registry import ApiKey, is_supported, supported_range
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[RequestContext, Any], Any]
+
+HANDLERS: dict[ApiKey, Handler] = {
+    ApiKey.PRODUCE: produce.handle,
+    ApiKey.FETCH: fetch.handle,
+    ApiKey.LIST_OFFSETS: list_offsets.handle,
+    ApiKey.METADATA: metadata.handle,
+    ApiKey.API_VERSIONS: api_versions.handle,
+    ApiKey.CREATE_TOPICS: create_topics.handle,
+    ApiKey.DELETE_TOPICS: delete_topics.handle,
+    ApiKey.DELETE_RECORDS: delete_records.handle,
+    ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
+    ApiKey.DESCRIBE_CONFIGS: describe_configs.handle,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class NoReply:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pending:
+    """Wait for `delayed` in the purgatory, then frame its response with `finish`."""
+
+    delayed: Delayed
+    finish: Callable[[Any], bytes]
+
+
+Outcome = Reply | NoReply | Close | Pending
+
+
+class Dispatcher:
+    def __init__(self, broker: BrokerContext) -> None:
+        self.broker = broker
+
+    def dispatch(self, frame: bytes, connection_id: str) -> Outcome:
+        try:
+            api_key, version, correlation_id = peek_ids(frame)
+        except HeaderError as exc:
+            return Close(str(exc))
+        if supported_range(api_key) is None:
+            return Close(f"unknown api key {api_key}")
+        if not is_supported(api_key, version):
+            if api_key == ApiKey.API_VERSIONS:
+                body = build(response_class(api_key, 0), api_versions.unsupported_version_response())
+                return Reply(encode_response(api_key, correlation_id, body))
+            return Close(f"unsupported version {version} of api key {api_key}")
+        try:
+            header, offset = parse_request_header(frame, is_flexible(api_key, version))
+            request = decode_request(request_class(api_key, version), frame, offset)
+        except (HeaderError, DecodeError) as exc:
+            return Close(f"malformed request (api key {api_key} v{version}): {exc}")
+        ctx = RequestContext(
+            api_key, version, correlation_id, header.client_id, connection_id, self.broker
+        )
+        try:
+            answer = HANDLERS[ApiKey(api_key)](ctx, request)
+        except CloseConnection as exc:
+            return Close(str(exc))
+        except Exception:
+            log.exception("handler for api key %d v%d failed", api_key, version)
+            return Close("internal error")
+        if answer is NO_RESPONSE:
+            return NoReply()
+        finish = _finisher(api_key, version, correlation_id)
+        if isinstance(answer, Delayed):
+            return Pending(answer, finish)
+        return Reply(finish(answer))
+
+
+def _finisher(api_key: int, version: int, correlation_id: int) -> Callable[[Any], bytes]:
+    cls = response_class(api_key, version)
+
+    def finish(answer: Any) -> bytes:
+        return encode_response(api_key, correlation_id, build(cls, answer))
+
+    return finish

@@ -1,0 +1,35 @@
+"""DeleteRecords (21): move a partition's log start offset forward (-1 = high watermark)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    replicas = ctx.broker.replicas
+    topics = []
+    changed = False
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "low_watermark": -1,
+                "error_code": ErrorCode.none,
+            }
+            try:
+                plog = replicas.partition(TopicPartition(topic.name, p.partition_index))
+                target = plog.high_watermark if p.offset == -1 else p.offset
+                entry["low_watermark"] = plog.delete_records_before(target)
+                changed = True
+            except KafkaError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        topics.append({"name": topic.name, "partitions": partitions})
+    if changed:
+        replicas.logs.checkpoint()
+    return {"throttle_time": 0, "topics": topics}

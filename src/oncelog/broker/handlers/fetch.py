@@ -1,0 +1,95 @@
+"""Fetch (1): stored batches as bytes, with min_bytes / max_wait_ms long polling.
+
+Limits follow KIP-74: partitions are filled in request order until `max_bytes`; each gets
+at most `partition_max_bytes`, except that the first non-empty partition always returns at
+least one whole batch so a batch larger than the limits cannot block a consumer.
+If fewer than `min_bytes` are ready, the request waits in the purgatory until an append to
+one of its partitions or `max_wait_ms`. Fetch sessions (KIP-227) are not offered: the
+response carries session id 0, which tells clients to send full fetch requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.broker.purgatory import Delayed
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+READ_COMMITTED = 1
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    if request.replica_id >= 0:
+        return _top_level_error(ErrorCode.not_leader_or_follower)
+    session_id = getattr(request, "session_id", 0)
+    if session_id != 0:
+        return _top_level_error(ErrorCode.fetch_session_id_not_found)
+    max_wait = int(request.max_wait.total_seconds() * 1000)
+    tps = tuple(
+        TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions
+    )
+
+    def attempt(force: bool) -> dict[str, Any] | None:
+        response, size, errors = _collect(ctx, request)
+        if force or errors or size >= request.min_bytes or max_wait <= 0 or not tps:
+            return response
+        return None
+
+    ready = attempt(False)
+    if ready is not None:
+        return ready
+    return Delayed(attempt, ctx.broker.clock.monotonic_ms() + max_wait, tps)
+
+
+def _collect(ctx: RequestContext, request: Any) -> tuple[dict[str, Any], int, bool]:
+    replicas = ctx.broker.replicas
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    budget = request.max_bytes if request.max_bytes > 0 else 0
+    total = 0
+    errors = False
+    responses: list[dict[str, Any]] = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            tp = TopicPartition(topic.topic, p.partition)
+            entry: dict[str, Any] = {
+                "partition_index": p.partition,
+                "error_code": ErrorCode.none,
+                "high_watermark": -1,
+                "last_stable_offset": -1,
+                "log_start_offset": -1,
+                "aborted_transactions": [] if read_committed else None,
+                "preferred_read_replica": -1,
+                "records": b"",
+            }
+            try:
+                replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
+                first = total == 0
+                limit = min(p.partition_max_bytes, budget - total)
+                result = replicas.read(tp, p.fetch_offset, max(limit, 0), min_one=first)
+                records = result.records
+                entry.update(
+                    high_watermark=result.high_watermark,
+                    last_stable_offset=result.high_watermark,
+                    log_start_offset=result.log_start_offset,
+                    records=records,
+                )
+                total += len(records)
+            except KafkaError as exc:
+                errors = True
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        responses.append({"topic": topic.topic, "partitions": partitions})
+    response = {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "session_id": 0,
+        "responses": responses,
+    }
+    return response, total, errors
+
+
+def _top_level_error(code: ErrorCode) -> dict[str, Any]:
+    return {"throttle_time": 0, "error_code": code, "session_id": 0, "responses": []}

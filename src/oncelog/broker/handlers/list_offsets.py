@@ -1,0 +1,55 @@
+"""ListOffsets (2): earliest (-2), latest (-1), max timestamp (-3) and lookup by timestamp."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.broker.replica_manager import LEADER_EPOCH
+from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
+from oncelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, TopicPartition
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            entry: dict[str, Any] = {
+                "partition_index": p.partition_index,
+                "error_code": ErrorCode.none,
+                "timestamp": -1,
+                "offset": -1,
+                "leader_epoch": -1,
+            }
+            try:
+                tp = TopicPartition(topic.name, p.partition_index)
+                ctx.broker.replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
+                timestamp, offset = _lookup(ctx, tp, p.timestamp)
+                entry.update(
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
+                )
+            except KafkaError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        topics.append({"name": topic.name, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}
+
+
+def _lookup(ctx: RequestContext, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+    plog = ctx.broker.replicas.partition(tp)
+    if timestamp == LATEST_TIMESTAMP:
+        return -1, plog.high_watermark
+    if timestamp == EARLIEST_TIMESTAMP:
+        return -1, plog.log_start_offset
+    if timestamp == MAX_TIMESTAMP:
+        return plog.max_timestamp_and_offset()
+    if timestamp < 0:
+        raise InvalidRequest(f"unsupported special timestamp {timestamp}")
+    found = plog.offset_for_timestamp(timestamp)
+    if found is None:
+        return -1, -1
+    offset, ts = found
+    return ts, offset

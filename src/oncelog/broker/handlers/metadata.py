@@ -1,0 +1,88 @@
+"""Metadata (3): brokers, topics and partition leadership; auto-creates topics per config."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.broker.replica_manager import LEADER_EPOCH
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.metadata.image import TopicImage
+
+ZERO_UUID = uuid.UUID(int=0)
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    broker = ctx.broker
+    replicas = broker.replicas
+    requested = request.topics
+    topics: list[dict[str, Any]] = []
+    if requested is None or (ctx.api_version == 0 and not requested):
+        topics = [_describe(ctx, t) for t in replicas.metadata.topics.values() if not t.internal]
+    else:
+        allow_create = getattr(request, "allow_auto_topic_creation", True)
+        for entry in requested:
+            topics.append(_lookup(ctx, entry, allow_create))
+    node = broker.node
+    return {
+        "throttle_time": 0,
+        "brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}],
+        "cluster_id": replicas.metadata.cluster_id,
+        "controller_id": node.node_id,
+        "topics": topics,
+        "cluster_authorized_operations": OPERATIONS_NOT_REQUESTED,
+    }
+
+
+def _lookup(ctx: RequestContext, entry: Any, allow_create: bool) -> dict[str, Any]:
+    replicas = ctx.broker.replicas
+    name = entry.name
+    topic_id = getattr(entry, "topic_id", None)
+    if name is None:
+        image = replicas.topic_by_id(topic_id) if topic_id else None
+        if image is None:
+            return _error(ErrorCode.unknown_topic_id, None, topic_id)
+        return _describe(ctx, image)
+    try:
+        image = replicas.maybe_auto_create(name) if allow_create else replicas.topic(name)
+    except KafkaError as exc:
+        return _error(exc.code, name, None)
+    if image is None:
+        return _error(ErrorCode.unknown_topic_or_partition, name, None)
+    return _describe(ctx, image)
+
+
+def _error(code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:
+    return {
+        "error_code": code,
+        "name": name,
+        "topic_id": topic_id or ZERO_UUID,
+        "is_internal": False,
+        "partitions": [],
+        "topic_authorized_operations": OPERATIONS_NOT_REQUESTED,
+    }
+
+
+def _describe(ctx: RequestContext, image: TopicImage) -> dict[str, Any]:
+    node_id = ctx.broker.node.node_id
+    return {
+        "error_code": ErrorCode.none,
+        "name": image.name,
+        "topic_id": image.topic_id,
+        "is_internal": image.internal,
+        "partitions": [
+            {
+                "error_code": ErrorCode.none,
+                "partition_index": p,
+                "leader_id": node_id,
+                "leader_epoch": LEADER_EPOCH,
+                "replica_nodes": [node_id],
+                "isr_nodes": [node_id],
+                "offline_replicas": [],
+            }
+            for p in range(image.partitions)
+        ],
+        "topic_authorized_operations": OPERATIONS_NOT_REQUESTED,
+    }

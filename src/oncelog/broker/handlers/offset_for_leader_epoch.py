@@ -1,0 +1,39 @@
+"""OffsetForLeaderEpoch (23): the end offset of a leader epoch (KIP-101 / KIP-320).
+
+A single node has had one leader epoch (0) since each partition was created, so epoch 0 ends
+at the log end offset; a later epoch is unknown (-1, -1) as in Kafka's epoch cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.broker.replica_manager import LEADER_EPOCH
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    replicas = ctx.broker.replicas
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for p in topic.partitions:
+            entry: dict[str, Any] = {
+                "error_code": ErrorCode.none,
+                "partition": p.partition,
+                "leader_epoch": -1,
+                "end_offset": -1,
+            }
+            try:
+                tp = TopicPartition(topic.topic, p.partition)
+                plog = replicas.partition(tp)
+                replicas.check_leader_epoch(tp, p.current_leader_epoch)
+                if p.leader_epoch <= LEADER_EPOCH and p.leader_epoch >= 0:
+                    entry.update(leader_epoch=LEADER_EPOCH, end_offset=plog.log_end_offset)
+            except KafkaError as exc:
+                entry["error_code"] = exc.code
+            partitions.append(entry)
+        topics.append({"topic": topic.topic, "partitions": partitions})
+    return {"throttle_time": 0, "topics": topics}

@@ -1,0 +1,85 @@
+"""Requests that wait for data or a deadline (Fetch with min_bytes / max_wait_ms), sans-IO.
+
+A handler returns a `Delayed` instead of a response; the server keeps it here. An append to
+a partition wakes the operations watching it (`on_append`), `expire(now)` forces those past
+their deadline. The server only moves completed operations to the wire; no timers live here.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.types import TopicPartition
+
+
+@dataclass(eq=False)
+class Delayed:
+    """A response that is not ready yet.
+
+    `try_complete(force)` returns the response once it can be sent (always when `force`).
+    """
+
+    try_complete: Callable[[bool], Any | None]
+    deadline_ms: int
+    keys: tuple[TopicPartition, ...]
+    on_done: Callable[[Any], None] | None = None
+    done: bool = field(default=False, init=False)
+
+
+class Purgatory:
+    def __init__(self) -> None:
+        self._watchers: dict[TopicPartition, set[Delayed]] = {}
+        self._deadlines: list[tuple[int, int, Delayed]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return sum(1 for _, _, op in self._deadlines if not op.done)
+
+    def watch(self, op: Delayed) -> None:
+        for key in op.keys:
+            self._watchers.setdefault(key, set()).add(op)
+        heapq.heappush(self._deadlines, (op.deadline_ms, next(self._seq), op))
+
+    def on_append(self, keys: Iterable[TopicPartition]) -> list[tuple[Delayed, Any]]:
+        """Try to complete operations watching any of `keys`; return those that completed."""
+        out: list[tuple[Delayed, Any]] = []
+        for key in keys:
+            for op in list(self._watchers.get(key, ())):
+                if op.done:
+                    continue
+                response = op.try_complete(False)
+                if response is not None:
+                    self._finish(op)
+                    out.append((op, response))
+        return out
+
+    def expire(self, now_ms: int) -> list[tuple[Delayed, Any]]:
+        out: list[tuple[Delayed, Any]] = []
+        while self._deadlines and self._deadlines[0][0] <= now_ms:
+            _, _, op = heapq.heappop(self._deadlines)
+            if not op.done:
+                self._finish(op)
+                out.append((op, op.try_complete(True)))
+        return out
+
+    def cancel(self, op: Delayed) -> None:
+        if not op.done:
+            self._finish(op)
+
+    def next_deadline(self) -> int | None:
+        while self._deadlines and self._deadlines[0][2].done:
+            heapq.heappop(self._deadlines)
+        return self._deadlines[0][0] if self._deadlines else None
+
+    def _finish(self, op: Delayed) -> None:
+        op.done = True
+        for key in op.keys:
+            watchers = self._watchers.get(key)
+            if watchers is not None:
+                watchers.discard(op)
+                if not watchers:
+                    del self._watchers[key]

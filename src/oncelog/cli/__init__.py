@@ -1,0 +1,1 @@
+"""Command line: `oncelog serve | topics | produce | consume`."""

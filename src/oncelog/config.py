@@ -1,0 +1,366 @@
+"""Broker and topic configuration with Kafka's names and defaults.
+
+A `server.properties` file is read first; `--override key=value` flags (and the `--listen` /
+`--data-dir` shortcuts) win over it. Unknown keys are kept, so a Kafka properties file loads
+unchanged, and reported by DescribeConfigs as static broker config.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from oncelog.errors import InvalidConfig
+
+LONG_MAX = 2**63 - 1
+INT_MAX = 2**31 - 1
+
+
+class ConfigType(Enum):
+    INT = "int"
+    LONG = "long"
+    BOOLEAN = "boolean"
+    STRING = "string"
+    LIST = "list"
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigDef:
+    """One configuration key: its type, Kafka default and (for broker keys) topic synonym."""
+
+    name: str
+    type: ConfigType
+    default: str | None
+    topic_name: str | None = None
+    doc: str = ""
+
+
+def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
+    return {d.name: d for d in items}
+
+
+C = ConfigType
+BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("node.id", C.INT, "1", doc="Id of this broker."),
+    ConfigDef("listeners", C.LIST, "PLAINTEXT://127.0.0.1:9092"),
+    ConfigDef("advertised.listeners", C.LIST, None, doc="Defaults to listeners."),
+    ConfigDef("log.dirs", C.LIST, None, doc="Defaults to log.dir."),
+    ConfigDef("log.dir", C.STRING, "./oncelog-data"),
+    ConfigDef("num.partitions", C.INT, "1"),
+    ConfigDef("default.replication.factor", C.INT, "1"),
+    ConfigDef("auto.create.topics.enable", C.BOOLEAN, "true"),
+    ConfigDef("delete.topic.enable", C.BOOLEAN, "true"),
+    ConfigDef("log.segment.bytes", C.INT, "1073741824", "segment.bytes"),
+    ConfigDef("log.roll.ms", C.LONG, None, "segment.ms"),
+    ConfigDef("log.roll.hours", C.INT, "168"),
+    ConfigDef("log.retention.ms", C.LONG, None, "retention.ms"),
+    ConfigDef("log.retention.minutes", C.INT, None),
+    ConfigDef("log.retention.hours", C.INT, "168"),
+    ConfigDef("log.retention.bytes", C.LONG, "-1", "retention.bytes"),
+    ConfigDef("log.retention.check.interval.ms", C.LONG, "300000"),
+    ConfigDef("log.flush.interval.messages", C.LONG, str(LONG_MAX), "flush.messages"),
+    ConfigDef("log.flush.interval.ms", C.LONG, None, "flush.ms"),
+    ConfigDef("log.flush.scheduler.interval.ms", C.LONG, str(LONG_MAX)),
+    ConfigDef("log.index.interval.bytes", C.INT, "4096", "index.interval.bytes"),
+    ConfigDef("log.index.size.max.bytes", C.INT, "10485760", "segment.index.bytes"),
+    ConfigDef("log.cleanup.policy", C.LIST, "delete", "cleanup.policy"),
+    ConfigDef("log.message.timestamp.type", C.STRING, "CreateTime", "message.timestamp.type"),
+    ConfigDef("log.segment.delete.delay.ms", C.LONG, "60000", "file.delete.delay.ms"),
+    ConfigDef("message.max.bytes", C.INT, "1048588", "max.message.bytes"),
+    ConfigDef("min.insync.replicas", C.INT, "1", "min.insync.replicas"),
+    ConfigDef("compression.type", C.STRING, "producer", "compression.type"),
+    ConfigDef("socket.request.max.bytes", C.INT, "104857600"),
+    ConfigDef("queued.max.requests", C.INT, "500"),
+    ConfigDef("num.network.threads", C.INT, "3"),
+    ConfigDef("num.io.threads", C.INT, "8"),
+    ConfigDef("fetch.max.bytes", C.INT, "57671680"),
+    ConfigDef("replica.fetch.max.bytes", C.INT, "1048576"),
+    ConfigDef("group.initial.rebalance.delay.ms", C.INT, "3000"),
+    ConfigDef("offsets.topic.num.partitions", C.INT, "50"),
+    ConfigDef("offsets.topic.replication.factor", C.INT, "1"),
+    ConfigDef("transaction.state.log.num.partitions", C.INT, "50"),
+    ConfigDef("transaction.state.log.replication.factor", C.INT, "1"),
+    ConfigDef("transaction.state.log.min.isr", C.INT, "1"),
+)
+
+# Topic-level keys that have no broker-level synonym with a different name.
+TOPIC_ONLY_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("message.timestamp.difference.max.ms", C.LONG, str(LONG_MAX)),
+    ConfigDef("unclean.leader.election.enable", C.BOOLEAN, "false"),
+    ConfigDef("preallocate", C.BOOLEAN, "false"),
+)
+
+_BOOL = {"true": True, "false": False}
+_TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+
+
+def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
+    """Parse one raw string value; raise InvalidConfig with the key's name on nonsense."""
+    text = raw.strip()
+    try:
+        if d.type in (ConfigType.INT, ConfigType.LONG):
+            value = int(text)
+            limit = INT_MAX if d.type is ConfigType.INT else LONG_MAX
+            if not -limit - 1 <= value <= limit:
+                raise ValueError(text)
+            return value
+        if d.type is ConfigType.BOOLEAN:
+            return _BOOL[text.lower()]
+    except (ValueError, KeyError) as exc:
+        raise InvalidConfig(f"Invalid value {raw!r} for configuration {d.name}") from exc
+    if d.type is ConfigType.LIST:
+        return [item.strip() for item in text.split(",") if item.strip()]
+    return text
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """Read a Java-style properties file (key=value or key: value, # and ! comments)."""
+    props: dict[str, str] = {}
+    pending = ""
+    for raw_line in path.read_text(encoding="utf-8").splitlines():
+        line = pending + raw_line.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\"):
+            pending = line[:-1]
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", line)
+        if match:
+            props[match.group(1)] = match.group(2)
+        else:
+            props[line] = ""
+    return props
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    name: str
+    host: str
+    port: int
+
+    @classmethod
+    def parse(cls, spec: str) -> Listener:
+        match = re.fullmatch(r"(?:([A-Za-z_][A-Za-z0-9_]*)://)?\[?([^\]]*?)\]?:(\d+)", spec.strip())
+        if not match:
+            raise InvalidConfig(f"Invalid listener {spec!r}: expected NAME://HOST:PORT")
+        name = match.group(1) or "PLAINTEXT"
+        return cls(name.upper(), match.group(2) or "0.0.0.0", int(match.group(3)))
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Typed broker configuration; `raw` keeps every key as given for DescribeConfigs."""
+
+    raw: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for key, value in self.raw.items():
+            d = BROKER_CONFIGS.get(key)
+            if d is not None:
+                parse_value(d, value)
+        self.listener  # noqa: B018 - validate eagerly
+
+    def get(self, name: str) -> int | bool | str | list[str] | None:
+        d = BROKER_CONFIGS[name]
+        raw = self.raw.get(name, d.default)
+        return None if raw is None else parse_value(d, raw)
+
+    def _int(self, name: str) -> int:
+        value = self.get(name)
+        assert isinstance(value, int)
+        return value
+
+    def is_set(self, name: str) -> bool:
+        return name in self.raw
+
+    @property
+    def node_id(self) -> int:
+        return self._int("node.id")
+
+    @property
+    def listener(self) -> Listener:
+        listeners = self.get("listeners")
+        assert isinstance(listeners, list)
+        if not listeners:
+            raise InvalidConfig("listeners must name at least one listener")
+        return Listener.parse(listeners[0])
+
+    @property
+    def advertised_listener(self) -> Listener | None:
+        advertised = self.get("advertised.listeners")
+        if not advertised:
+            return None
+        assert isinstance(advertised, list)
+        return Listener.parse(advertised[0])
+
+    @property
+    def log_dirs(self) -> list[Path]:
+        dirs = self.get("log.dirs")
+        if dirs:
+            assert isinstance(dirs, list)
+            return [Path(d) for d in dirs]
+        log_dir = self.get("log.dir")
+        assert isinstance(log_dir, str)
+        return [Path(log_dir)]
+
+    @property
+    def num_partitions(self) -> int:
+        return self._int("num.partitions")
+
+    @property
+    def auto_create_topics(self) -> bool:
+        return bool(self.get("auto.create.topics.enable"))
+
+    @property
+    def socket_request_max_bytes(self) -> int:
+        return self._int("socket.request.max.bytes")
+
+    @property
+    def queued_max_requests(self) -> int:
+        return self._int("queued.max.requests")
+
+    @property
+    def retention_check_interval_ms(self) -> int:
+        return self._int("log.retention.check.interval.ms")
+
+    @property
+    def flush_scheduler_interval_ms(self) -> int:
+        return self._int("log.flush.scheduler.interval.ms")
+
+    def topic_defaults(self) -> dict[str, str]:
+        """The topic-level defaults this broker gives (topic key -> raw value)."""
+        out: dict[str, str] = {}
+        for d in BROKER_CONFIGS.values():
+            if d.topic_name is not None:
+                value = self.raw.get(d.name, d.default)
+                if value is not None:
+                    out[d.topic_name] = value
+        out["segment.ms"] = str(self._roll_ms())
+        out["retention.ms"] = str(self._retention_ms())
+        if "flush.ms" not in out:
+            out["flush.ms"] = str(LONG_MAX)
+        for d in TOPIC_ONLY_CONFIGS.values():
+            assert d.default is not None
+            out[d.name] = d.default
+        return out
+
+    def _roll_ms(self) -> int:
+        if self.is_set("log.roll.ms"):
+            return self._int("log.roll.ms")
+        return self._int("log.roll.hours") * 3_600_000
+
+    def _retention_ms(self) -> int:
+        if self.is_set("log.retention.ms"):
+            return self._int("log.retention.ms")
+        if self.is_set("log.retention.minutes"):
+            return self._int("log.retention.minutes") * 60_000
+        hours = self._int("log.retention.hours")
+        return -1 if hours < 0 else hours * 3_600_000
+
+    @classmethod
+    def load(
+        cls, properties_file: Path | None = None, overrides: Iterable[tuple[str, str]] = ()
+    ) -> BrokerConfig:
+        raw: dict[str, str] = {}
+        if properties_file is not None:
+            raw.update(read_properties(properties_file))
+        raw.update(dict(overrides))
+        return cls(raw)
+
+
+TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
+    **{d.topic_name: d for d in BROKER_CONFIGS.values() if d.topic_name is not None},
+    "segment.ms": ConfigDef("segment.ms", C.LONG, None),
+    "retention.ms": ConfigDef("retention.ms", C.LONG, None),
+    "flush.ms": ConfigDef("flush.ms", C.LONG, None),
+    **TOPIC_ONLY_CONFIGS,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The configuration one partition log runs with (topic overrides over broker defaults)."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 7 * 24 * 3_600_000
+    retention_ms: int = 7 * 24 * 3_600_000
+    retention_bytes: int = -1
+    max_message_bytes: int = 1048588
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    index_interval_bytes: int = 4096
+    segment_index_bytes: int = 10485760
+    message_timestamp_type: str = "CreateTime"
+    min_insync_replicas: int = 1
+    cleanup_policy: tuple[str, ...] = ("delete",)
+    file_delete_delay_ms: int = 60000
+
+    @classmethod
+    def from_topic_configs(cls, configs: Mapping[str, str]) -> LogConfig:
+        parsed: dict[str, object] = {}
+        for key, raw in configs.items():
+            d = TOPIC_CONFIG_DEFS.get(key)
+            if d is not None:
+                parsed[key] = parse_value(d, raw)
+        policy = parsed.get("cleanup.policy", ["delete"])
+        assert isinstance(policy, list)
+        ts_type = str(parsed.get("message.timestamp.type", "CreateTime"))
+        if ts_type not in ("CreateTime", "LogAppendTime"):
+            raise InvalidConfig(f"Invalid value {ts_type!r} for message.timestamp.type")
+
+        base = cls()
+
+        def num(key: str, default: object) -> int:
+            value = parsed.get(key, getattr(base, key.replace(".", "_")))
+            assert isinstance(value, int)
+            return value
+
+        config = cls(
+            segment_bytes=num("segment.bytes", cls.segment_bytes),
+            segment_ms=num("segment.ms", cls.segment_ms),
+            retention_ms=num("retention.ms", cls.retention_ms),
+            retention_bytes=num("retention.bytes", cls.retention_bytes),
+            max_message_bytes=num("max.message.bytes", cls.max_message_bytes),
+            flush_messages=num("flush.messages", cls.flush_messages),
+            flush_ms=num("flush.ms", cls.flush_ms),
+            index_interval_bytes=num("index.interval.bytes", cls.index_interval_bytes),
+            segment_index_bytes=num("segment.index.bytes", cls.segment_index_bytes),
+            message_timestamp_type=ts_type,
+            min_insync_replicas=num("min.insync.replicas", cls.min_insync_replicas),
+            cleanup_policy=tuple(policy),
+            file_delete_delay_ms=num("file.delete.delay.ms", cls.file_delete_delay_ms),
+        )
+        if config.segment_bytes < 14:
+            raise InvalidConfig("segment.bytes must be at least 14")
+        if config.max_message_bytes < 0:
+            raise InvalidConfig("max.message.bytes must be non-negative")
+        return config
+
+
+def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
+    """Check topic-level overrides as CreateTopics/AlterConfigs get them; drop nulls."""
+    out: dict[str, str] = {}
+    for key, value in configs.items():
+        if value is None:
+            continue
+        d = TOPIC_CONFIG_DEFS.get(key)
+        if d is None:
+            raise InvalidConfig(f"Unknown topic config name: {key}")
+        parse_value(d, value)
+        out[key] = value
+    LogConfig.from_topic_configs(out)
+    return out
+
+
+def validate_topic_name(name: str) -> None:
+    from oncelog.errors import InvalidTopic
+
+    if name in (".", "..") or not _TOPIC_NAME_RE.match(name):
+        raise InvalidTopic(
+            f"Topic name {name!r} is illegal: it must be 1-249 characters of [a-zA-Z0-9._-]"
+        )
+

@@ -1,0 +1,123 @@
+"""One exception class per Kafka error code we raise.
+
+Handlers raise these with a message that carries context (topic-partition, offsets, sizes);
+the dispatcher turns them into the error code of the response exactly once.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from kio.schema.errors import ErrorCode
+
+__all__ = ["ErrorCode", "KafkaError"]
+
+
+class KafkaError(Exception):
+    """Base of every error that maps to a Kafka error code."""
+
+    code: ClassVar[ErrorCode] = ErrorCode.unknown_server_error
+
+    @property
+    def retriable(self) -> bool:
+        return bool(self.code.retriable)
+
+
+class UnknownServerError(KafkaError):
+    code = ErrorCode.unknown_server_error
+
+
+class OffsetOutOfRange(KafkaError):
+    code = ErrorCode.offset_out_of_range
+
+
+class CorruptMessage(KafkaError):
+    code = ErrorCode.corrupt_message
+
+
+class UnknownTopicOrPartition(KafkaError):
+    code = ErrorCode.unknown_topic_or_partition
+
+
+class InvalidFetchSize(KafkaError):
+    code = ErrorCode.invalid_fetch_size
+
+
+class NotLeaderOrFollower(KafkaError):
+    code = ErrorCode.not_leader_or_follower
+
+
+class MessageTooLarge(KafkaError):
+    code = ErrorCode.message_too_large
+
+
+class InvalidTopic(KafkaError):
+    code = ErrorCode.invalid_topic_exception
+
+
+class RecordListTooLarge(KafkaError):
+    code = ErrorCode.record_list_too_large
+
+
+class InvalidRequiredAcks(KafkaError):
+    code = ErrorCode.invalid_required_acks
+
+
+class InvalidTimestamp(KafkaError):
+    code = ErrorCode.invalid_timestamp
+
+
+class UnsupportedVersion(KafkaError):
+    code = ErrorCode.unsupported_version
+
+
+class TopicAlreadyExists(KafkaError):
+    code = ErrorCode.topic_already_exists
+
+
+class InvalidPartitions(KafkaError):
+    code = ErrorCode.invalid_partitions
+
+
+class InvalidReplicationFactor(KafkaError):
+    code = ErrorCode.invalid_replication_factor
+
+
+class InvalidConfig(KafkaError):
+    code = ErrorCode.invalid_config
+
+
+class InvalidRequest(KafkaError):
+    code = ErrorCode.invalid_request
+
+
+class UnsupportedForMessageFormat(KafkaError):
+    code = ErrorCode.unsupported_for_message_format
+
+
+class UnsupportedCompressionType(KafkaError):
+    code = ErrorCode.unsupported_compression_type
+
+
+class InvalidRecord(KafkaError):
+    code = ErrorCode.invalid_record
+
+
+class PolicyViolation(KafkaError):
+    code = ErrorCode.policy_violation
+
+
+class KafkaStorageError(KafkaError):
+    code = ErrorCode.kafka_storage_error
+
+
+class OffsetNotAvailable(KafkaError):
+    code = ErrorCode.offset_not_available
+
+
+class FencedLeaderEpoch(KafkaError):
+    code = ErrorCode.fenced_leader_epoch
+
+
+class UnknownLeaderEpoch(KafkaError):
+    code = ErrorCode.unknown_leader_epoch

@@ -1,0 +1,1 @@
+"""Cluster metadata: topics, their ids, partition counts and config overrides."""

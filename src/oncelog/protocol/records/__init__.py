@@ -1,0 +1,1 @@
+"""Record batches (magic v2): header codec, validation, compression."""

@@ -1,0 +1,1 @@
+"""The broker's only asyncio and socket code: listener, connections, timers."""

@@ -1,0 +1,176 @@
+"""The composition root: builds the broker from its config and runs it on asyncio.
+
+Owns the listener, the connections, the purgatory timers and the housekeeping tasks
+(retention, flushing rolled segments, checkpoints, idle connections). SIGTERM and SIGINT
+stop it cleanly: connections are closed, logs flushed, the clean-shutdown marker written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from collections.abc import Awaitable, Callable
+
+from oncelog.broker.context import BrokerContext, Node
+from oncelog.broker.dispatcher import Dispatcher
+from oncelog.broker.purgatory import Delayed, Purgatory
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.clock import Clock, SystemClock
+from oncelog.config import BrokerConfig
+from oncelog.server.connection import Connection
+from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+CONNECTIONS_MAX_IDLE_MS = 600_000
+CHECKPOINT_INTERVAL_S = 60.0
+ROLLED_FLUSH_INTERVAL_S = 1.0
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.replicas = ReplicaManager(config, self.clock)
+        self.purgatory = Purgatory()
+        self.replicas.append_listener = self._on_append
+        self.connections: set[Connection] = set()
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._stopped = asyncio.Event()
+        self.port = 0
+        self.dispatcher: Dispatcher | None = None
+
+    async def start(self) -> int:
+        """Recover the logs, bind the listener and start housekeeping; return the port."""
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self.replicas.startup)
+        listener = self.config.listener
+        self._server = await loop.create_server(
+            self._new_connection, listener.host, listener.port, reuse_address=True, backlog=1024
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        advertised = self.config.advertised_listener
+        host = advertised.host if advertised else listener.host
+        port = advertised.port if advertised and advertised.port else self.port
+        if host in ("0.0.0.0", "", "::"):
+            host = "127.0.0.1"
+        node = Node(self.config.node_id, host, port)
+        self.dispatcher = Dispatcher(BrokerContext(self.config, self.clock, self.replicas, node))
+        self._tasks = [
+            asyncio.create_task(self._every(self.config.retention_check_interval_ms / 1000,
+                                            self._retention)),
+            asyncio.create_task(self._every(ROLLED_FLUSH_INTERVAL_S, self._flush)),
+            asyncio.create_task(self._every(CHECKPOINT_INTERVAL_S, self._checkpoint)),
+            asyncio.create_task(self._every(10.0, self._close_idle)),
+        ]
+        return self.port
+
+    def _new_connection(self) -> Connection:
+        assert self.dispatcher is not None
+        conn = Connection(
+            self.dispatcher,
+            max_frame_bytes=self.config.socket_request_max_bytes,
+            max_queued=self.config.queued_max_requests,
+            on_pending=self._watch,
+            on_close=self.connections.discard,
+            now_ms=self.clock.monotonic_ms,
+        )
+        self.connections.add(conn)
+        return conn
+
+    # -- purgatory ---------------------------------------------------------------------------
+
+    def _watch(self, op: Delayed) -> None:
+        self.purgatory.watch(op)
+        delay = max(0.0, (op.deadline_ms - self.clock.monotonic_ms()) / 1000)
+        asyncio.get_running_loop().call_later(delay, self._expire)
+
+    def _expire(self) -> None:
+        for op, response in self.purgatory.expire(self.clock.monotonic_ms()):
+            if op.on_done is not None:
+                op.on_done(response)
+
+    def _on_append(self, tps: list[TopicPartition]) -> None:
+        for op, response in self.purgatory.on_append(tps):
+            if op.on_done is not None:
+                op.on_done(response)
+
+    # -- housekeeping ------------------------------------------------------------------------
+
+    async def _every(self, seconds: float, job: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            await asyncio.sleep(seconds)
+            try:
+                await job()
+            except Exception:
+                log.exception("housekeeping job %s failed", getattr(job, "__name__", job))
+
+    async def _retention(self) -> None:
+        deleted = self.replicas.apply_retention()
+        if deleted:
+            log.info("retention deleted %d segments", deleted)
+
+    async def _flush(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.flush_rolled)
+        self.replicas.logs.flush_by_time()
+
+    async def _checkpoint(self) -> None:
+        self.replicas.logs.checkpoint()
+
+    async def _close_idle(self) -> None:
+        now = self.clock.monotonic_ms()
+        for conn in list(self.connections):
+            if now - conn.last_active_ms > CONNECTIONS_MAX_IDLE_MS:
+                conn.close("idle longer than connections.max.idle.ms")
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def serve_until_stopped(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(NotImplementedError):
+                loop.add_signal_handler(sig, self._stopped.set)
+        await self._stopped.wait()
+        await self.stop()
+
+    def request_stop(self) -> None:
+        self._stopped.set()
+
+    async def stop(self) -> None:
+        log.info("shutting down")
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        for conn in list(self.connections):
+            conn.abort()
+        self.replicas.shutdown()
+        log.info("shut down cleanly")
+
+
+def run(config: BrokerConfig) -> int:
+    """Run a broker until SIGTERM/SIGINT; print one line when ready."""
+    async def main() -> None:
+        server = BrokerServer(config)
+        port = await server.start()
+        listener = config.listener
+        dirs = ",".join(str(d) for d in config.log_dirs)
+        print(
+            f"oncelog broker {config.node_id} ready on {listener.host}:{port} "
+            f"(log.dirs={dirs})",
+            flush=True,
+        )
+        await server.serve_until_stopped()
+
+    try:
+        import uvloop
+
+        uvloop.run(main())
+    except ImportError:
+        asyncio.run(main())
+    sys.stdout.flush()
+    return 0

@@ -1,0 +1,142 @@
+"""One client connection: frames in, responses out, strictly in request order.
+
+Requests of a connection are handled one at a time, as Kafka does: while a Fetch waits in
+the purgatory the connection's later requests wait too, so responses never overtake each
+other. Reading pauses when too many requests are queued or the socket's send buffer is full,
+which bounds the memory one client can make us hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from typing import Any, cast
+
+from oncelog.broker.dispatcher import Close, Dispatcher, NoReply, Pending, Reply
+from oncelog.broker.purgatory import Delayed
+from oncelog.protocol.framing import FrameDecoder, FrameError
+
+log = logging.getLogger(__name__)
+_ids = itertools.count(1)
+
+
+class Connection(asyncio.Protocol):
+    def __init__(
+        self,
+        dispatcher: Dispatcher,
+        *,
+        max_frame_bytes: int,
+        max_queued: int,
+        on_pending: Callable[[Delayed], None],
+        on_close: Callable[[Connection], None],
+        now_ms: Callable[[], int],
+    ) -> None:
+        self.id = f"conn-{next(_ids)}"
+        self._dispatcher = dispatcher
+        self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_queued = max_queued
+        self._on_pending = on_pending
+        self._on_close = on_close
+        self._now_ms = now_ms
+        self._queue: deque[bytes] = deque()
+        self._waiting: Delayed | None = None
+        self._transport: asyncio.Transport | None = None
+        self._read_paused = False
+        self._write_paused = False
+        self.peer = "?"
+        self.last_active_ms = now_ms()
+        self.closed = False
+
+    # -- asyncio callbacks -------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        peer = transport.get_extra_info("peername")
+        self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active_ms = self._now_ms()
+        try:
+            frames = self._decoder.feed(data)
+        except FrameError as exc:
+            self.close(str(exc))
+            return
+        self._queue.extend(frames)
+        self._drain_queue()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._queue.clear()
+        self._on_close(self)
+
+    def pause_writing(self) -> None:
+        self._write_paused = True
+        self._update_reading()
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        self._update_reading()
+        self._drain_queue()
+
+    # -- request processing ------------------------------------------------------------------
+
+    def _drain_queue(self) -> None:
+        while self._queue and self._waiting is None and not self.closed and not self._write_paused:
+            frame = self._queue.popleft()
+            outcome = self._dispatcher.dispatch(frame, self.id)
+            if isinstance(outcome, Reply):
+                self._send(outcome.data)
+            elif isinstance(outcome, Pending):
+                self._wait_for(outcome)
+            elif isinstance(outcome, Close):
+                self.close(outcome.reason)
+            else:
+                assert isinstance(outcome, NoReply)
+        self._update_reading()
+
+    def _wait_for(self, pending: Pending) -> None:
+        delayed = pending.delayed
+
+        def done(response: Any) -> None:
+            if self._waiting is not delayed:
+                return
+            self._waiting = None
+            if not self.closed:
+                self._send(pending.finish(response))
+                self._drain_queue()
+
+        delayed.on_done = done
+        self._waiting = delayed
+        self._on_pending(delayed)
+
+    def _send(self, data: bytes) -> None:
+        if self._transport is not None and not self.closed:
+            self._transport.write(data)
+
+    def _update_reading(self) -> None:
+        if self._transport is None or self.closed:
+            return
+        should_pause = self._write_paused or len(self._queue) >= self._max_queued
+        if should_pause and not self._read_paused:
+            self._transport.pause_reading()
+            self._read_paused = True
+        elif not should_pause and self._read_paused:
+            self._transport.resume_reading()
+            self._read_paused = False
+
+    def close(self, reason: str) -> None:
+        if self.closed:
+            return
+        log.info("closing connection %s from %s: %s", self.id, self.peer, reason)
+        self.closed = True
+        self._queue.clear()
+        if self._transport is not None:
+            self._transport.close()
+
+    def abort(self) -> None:
+        self.closed = True
+        if self._transport is not None:
+            self._transport.abort()

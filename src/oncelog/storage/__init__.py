@@ -1,0 +1,1 @@
+"""Durable partition logs: segments, sparse indexes, recovery, retention, the log manager."""

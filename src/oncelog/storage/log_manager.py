@@ -1,0 +1,127 @@
+"""All partition logs of this broker, across `log.dirs`, and their checkpoints.
+
+On disk, per log dir (Kafka's names): `<topic>-<partition>/` directories,
+`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, and the clean-shutdown
+marker `.kafka_cleanshutdown`, present only between a clean stop and the next start. Without
+the marker, segments past each partition's recovery point are scanned and repaired.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from oncelog.clock import Clock
+from oncelog.config import LogConfig
+from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
+from oncelog.storage.partition_log import PartitionLog
+from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_FILE = "log-start-offset-checkpoint"
+_PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+class LogManager:
+    def __init__(self, log_dirs: list[Path], clock: Clock) -> None:
+        self.log_dirs = log_dirs
+        self.clock = clock
+        self.logs: dict[TopicPartition, PartitionLog] = {}
+        self._dir_of: dict[TopicPartition, Path] = {}
+        self.clean_start = True
+
+    def startup(self, config_for: Callable[[str], LogConfig | None]) -> None:
+        """Load every partition directory whose topic is known; recover after a crash."""
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            marker = log_dir / CLEAN_SHUTDOWN_FILE
+            clean = marker.exists()
+            self.clean_start = self.clean_start and clean
+            recovery = read_offset_checkpoint(log_dir / RECOVERY_POINT_FILE)
+            starts = read_offset_checkpoint(log_dir / LOG_START_FILE)
+            for path in sorted(log_dir.iterdir()):
+                match = _PARTITION_DIR.match(path.name)
+                if not path.is_dir() or not match:
+                    continue
+                tp = TopicPartition(match.group(1), int(match.group(2)))
+                config = config_for(tp.topic)
+                if config is None:
+                    log.warning("ignoring %s: topic %s is not in the metadata", path, tp.topic)
+                    continue
+                self.logs[tp] = PartitionLog.load(
+                    path,
+                    tp,
+                    config,
+                    self.clock,
+                    clean=clean,
+                    recovery_point=recovery.get(tp, 0),
+                    log_start_offset=starts.get(tp, 0),
+                )
+                self._dir_of[tp] = log_dir
+            if clean:
+                marker.unlink()
+            else:
+                log.warning("%s: no clean-shutdown marker, recovered partition tails", log_dir)
+        self.checkpoint()
+
+    def get(self, tp: TopicPartition) -> PartitionLog | None:
+        return self.logs.get(tp)
+
+    def create(self, tp: TopicPartition, config: LogConfig) -> PartitionLog:
+        existing = self.logs.get(tp)
+        if existing is not None:
+            return existing
+        log_dir = min(
+            self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d)
+        )
+        plog = PartitionLog.load(log_dir / str(tp), tp, config, self.clock, clean=True)
+        self.logs[tp] = plog
+        self._dir_of[tp] = log_dir
+        return plog
+
+    def delete(self, tp: TopicPartition) -> None:
+        plog = self.logs.pop(tp, None)
+        self._dir_of.pop(tp, None)
+        if plog is not None:
+            plog.delete()
+
+    def partitions(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
+        return iter(list(self.logs.items()))
+
+    def apply_retention(self) -> int:
+        deleted = sum(plog.apply_retention() for _, plog in self.partitions())
+        if deleted:
+            self.checkpoint()
+        return deleted
+
+    def flush_rolled(self) -> None:
+        """fsync rolled segments (the slow part, meant for a worker thread)."""
+        for _, plog in self.partitions():
+            plog.flush_rolled()
+
+    def flush_by_time(self) -> None:
+        for _, plog in self.partitions():
+            plog.maybe_flush_by_time()
+
+    def checkpoint(self) -> None:
+        for log_dir in self.log_dirs:
+            mine = {tp: plog for tp, plog in self.partitions() if self._dir_of.get(tp) == log_dir}
+            write_offset_checkpoint(
+                log_dir / RECOVERY_POINT_FILE, {tp: p.recovery_point for tp, p in mine.items()}
+            )
+            write_offset_checkpoint(
+                log_dir / LOG_START_FILE, {tp: p.log_start_offset for tp, p in mine.items()}
+            )
+
+    def shutdown(self) -> None:
+        """Flush everything, write checkpoints and the clean-shutdown marker."""
+        for _, plog in self.partitions():
+            plog.close(flush=True)
+        self.checkpoint()
+        for log_dir in self.log_dirs:
+            (log_dir / CLEAN_SHUTDOWN_FILE).touch()

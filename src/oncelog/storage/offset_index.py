@@ -1,0 +1,88 @@
+"""Sparse offset index (`.index`): relative offset -> byte position, 8 bytes per entry.
+
+Kafka's on-disk format (big-endian int32 relative offset, int32 position). The entries are
+kept in memory as two arrays for bisection; the file is append-only and rebuilt from the log
+on recovery, so it carries no checksum of its own.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import struct
+from array import array
+from pathlib import Path
+
+ENTRY = struct.Struct(">ii")
+
+
+class OffsetIndex:
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._offsets = array("q")
+        self._positions = array("q")
+        self._fd = -1
+
+    def open(self) -> None:
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def load(self, log_size: int) -> bool:
+        """Read the file; return False (and keep nothing) if it is inconsistent."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        self._offsets = array("q")
+        self._positions = array("q")
+        if len(data) % ENTRY.size:
+            return False
+        last_offset, last_pos = -1, -1
+        for rel, pos in ENTRY.iter_unpack(data):
+            offset = self.base_offset + rel
+            if offset <= last_offset or pos <= last_pos or pos >= log_size:
+                self._offsets = array("q")
+                self._positions = array("q")
+                return False
+            self._offsets.append(offset)
+            self._positions.append(pos)
+            last_offset, last_pos = offset, pos
+        return True
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self._offsets = array("q")
+        self._positions = array("q")
+        os.ftruncate(self._fd, 0)
+
+    @property
+    def entries(self) -> int:
+        return len(self._offsets)
+
+    @property
+    def last_offset(self) -> int:
+        return self._offsets[-1] if self._offsets else self.base_offset - 1
+
+    def append(self, offset: int, position: int) -> None:
+        if self._offsets and offset <= self._offsets[-1]:
+            return
+        os.write(self._fd, ENTRY.pack(offset - self.base_offset, position))
+        self._offsets.append(offset)
+        self._positions.append(position)
+
+    def lookup(self, offset: int) -> int:
+        """Position of the last indexed batch starting at or before `offset` (0 if none)."""
+        i = bisect.bisect_right(self._offsets, offset) - 1
+        return self._positions[i] if i >= 0 else 0
+
+    def truncate_to_position(self, position: int) -> None:
+        """Drop entries at or beyond `position` (the log was truncated there)."""
+        keep = bisect.bisect_left(self._positions, position)
+        del self._offsets[keep:]
+        del self._positions[keep:]
+        os.ftruncate(self._fd, keep * ENTRY.size)
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1

@@ -1,0 +1,392 @@
+"""The log of one partition: an ordered list of segments plus its offsets.
+
+Offsets: `log_start_offset` (first readable, moved by retention and DeleteRecords),
+`log_end_offset` (next offset to assign) and `high_watermark` (last offset known replicated;
+on a single broker every append is fully replicated, so it follows the end).
+
+Appends take validated batches, rewrite their base offsets and write them with one
+`os.write`; reads return whole stored batches as bytes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+from oncelog.clock import Clock
+from oncelog.config import LogConfig
+from oncelog.errors import OffsetOutOfRange
+from oncelog.protocol.records.batch import (
+    HEADER_SIZE,
+    BatchHeader,
+    iter_batches,
+    parse_header,
+    rewrite_offsets,
+    set_log_append_time,
+)
+from oncelog.protocol.records.compression import Codec, decompress
+from oncelog.protocol.records.record import record_offsets_and_timestamps
+from oncelog.storage.segment import LogSegment
+from oncelog.storage.validator import ValidatedRecords
+from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class AppendInfo:
+    base_offset: int
+    last_offset: int
+    log_append_time: int  # -1 unless the topic uses LogAppendTime
+    log_start_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    records: bytes
+    high_watermark: int
+    log_start_offset: int
+    log_end_offset: int
+
+
+class PartitionLog:
+    def __init__(
+        self, directory: Path, tp: TopicPartition, config: LogConfig, clock: Clock
+    ) -> None:
+        self.directory = directory
+        self.tp = tp
+        self.config = config
+        self.clock = clock
+        self.segments: list[LogSegment] = []
+        self._bases: list[int] = []
+        self.log_start_offset = 0
+        self.recovery_point = 0
+        self._unflushed_messages = 0
+        self._last_flush_ms = clock.monotonic_ms()
+        self._rolled_unflushed: list[LogSegment] = []
+
+    # -- loading -----------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        directory: Path,
+        tp: TopicPartition,
+        config: LogConfig,
+        clock: Clock,
+        *,
+        clean: bool,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+    ) -> PartitionLog:
+        """Open a partition directory; after an unclean stop, recover what follows the
+        recovery point (truncating torn or garbled tails and rebuilding indexes)."""
+        directory.mkdir(parents=True, exist_ok=True)
+        plog = cls(directory, tp, config, clock)
+        for stale in directory.glob("*.tmp"):
+            stale.unlink()
+        bases = sorted(int(p.name[:-4]) for p in directory.glob("*.log") if p.name[:-4].isdigit())
+        truncated = False
+        for base in bases:
+            segment = LogSegment(directory, base, config.index_interval_bytes)
+            if truncated or (plog.segments and base < plog.segments[-1].next_offset):
+                log.warning("%s: deleting segment %d after a recovered tail", tp, base)
+                segment.delete()
+                continue
+            recover = not clean and _segment_may_hold(base, bases, recovery_point)
+            result = segment.load(recover=recover)
+            if result.truncated_bytes:
+                log.warning(
+                    "%s: truncated %d invalid bytes at the tail of segment %d (next offset %d)",
+                    tp,
+                    result.truncated_bytes,
+                    base,
+                    result.next_offset,
+                )
+                truncated = True
+            plog._add_segment(segment)
+        if not plog.segments:
+            plog._add_segment(plog._new_segment(log_start_offset))
+        plog.log_start_offset = max(plog.segments[0].base_offset, log_start_offset)
+        plog.log_start_offset = min(plog.log_start_offset, plog.log_end_offset)
+        plog.recovery_point = plog.log_end_offset if clean else min(recovery_point, plog.log_end_offset)
+        return plog
+
+    def _new_segment(self, base_offset: int) -> LogSegment:
+        segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
+        segment.open()
+        segment.next_offset = base_offset
+        return segment
+
+    def _add_segment(self, segment: LogSegment) -> None:
+        self.segments.append(segment)
+        self._bases.append(segment.base_offset)
+
+    # -- offsets -----------------------------------------------------------------------------
+
+    @property
+    def active(self) -> LogSegment:
+        return self.segments[-1]
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.active.next_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log_end_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self.segments)
+
+    # -- appends -----------------------------------------------------------------------------
+
+    def append(self, records: ValidatedRecords, leader_epoch: int) -> AppendInfo:
+        """Assign offsets to validated batches and append them as one write."""
+        first_ts = records.batches[0][1].max_timestamp
+        self._maybe_roll(len(records.data), first_ts, records)
+        data = bytearray(records.data)
+        next_offset = self.log_end_offset
+        base_offset = next_offset
+        append_time = -1
+        if self.config.message_timestamp_type == "LogAppendTime":
+            append_time = self.clock.wall_ms()
+        assigned: list[tuple[int, BatchHeader]] = []
+        for pos, header in records.batches:
+            rewrite_offsets(data, pos, next_offset, leader_epoch)
+            if append_time >= 0:
+                set_log_append_time(data, pos, header.size, append_time)
+            assigned.append((pos, parse_header(data, pos)))
+            next_offset += header.last_offset_delta + 1
+        self.active.append(data, assigned)
+        self._unflushed_messages += records.record_count
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(base_offset, next_offset - 1, append_time, self.log_start_offset)
+
+    def append_as_stored(self, data: bytes) -> None:
+        """Append batches that already carry their offsets (recovery tests, replication)."""
+        batches = list(iter_batches(data))
+        if batches:
+            self._maybe_roll(len(data), batches[0][1].max_timestamp, None)
+            self.active.append(data, batches)
+
+    def _maybe_roll(self, size: int, max_timestamp: int, records: ValidatedRecords | None) -> None:
+        seg = self.active
+        if seg.size == 0:
+            return
+        last_delta = sum(h.last_offset_delta + 1 for _, h in records.batches) if records else 0
+        too_big = seg.size + size > self.config.segment_bytes
+        rolling_ts = seg.first_batch_timestamp
+        now = self.clock.wall_ms()
+        too_old = rolling_ts >= 0 and max(now, max_timestamp) - rolling_ts > self.config.segment_ms
+        index_full = (seg.index.entries + 1) * 8 > self.config.segment_index_bytes
+        offset_overflow = self.log_end_offset + last_delta - seg.base_offset > INT32_MAX
+        if too_big or too_old or index_full or offset_overflow:
+            self.roll()
+
+    def roll(self) -> LogSegment:
+        """Start a new active segment at the log end; the old one is flushed in background."""
+        if self.active.size == 0:
+            return self.active
+        old = self.active
+        self._rolled_unflushed.append(old)
+        self._add_segment(self._new_segment(self.log_end_offset))
+        log.debug("%s: rolled new segment at offset %d", self.tp, self.log_end_offset)
+        return old
+
+    def flush_rolled(self) -> None:
+        """fsync segments rolled since the last call and move the recovery point past them."""
+        pending, self._rolled_unflushed = self._rolled_unflushed, []
+        for segment in pending:
+            with contextlib.suppress(OSError, ValueError):
+                segment.flush()
+                self.recovery_point = max(self.recovery_point, segment.next_offset)
+
+    def flush(self) -> None:
+        self.flush_rolled()
+        self.active.flush()
+        self.recovery_point = self.log_end_offset
+        self._unflushed_messages = 0
+        self._last_flush_ms = self.clock.monotonic_ms()
+
+    def maybe_flush_by_time(self) -> None:
+        if self._unflushed_messages and (
+            self.clock.monotonic_ms() - self._last_flush_ms >= self.config.flush_ms
+        ):
+            self.flush()
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(
+        self,
+        offset: int,
+        max_bytes: int,
+        upper_bound: int | None = None,
+        *,
+        min_one: bool = True,
+    ) -> ReadResult:
+        """Stored batches from `offset` below `upper_bound` (default: the high watermark).
+
+        With `min_one` the first batch is returned even if it is larger than `max_bytes`.
+        """
+        hw = self.high_watermark
+        bound = hw if upper_bound is None else min(upper_bound, hw)
+        if offset < self.log_start_offset or offset > self.log_end_offset:
+            raise OffsetOutOfRange(
+                f"{self.tp}: offset {offset} outside [{self.log_start_offset}, "
+                f"{self.log_end_offset}]"
+            )
+        data = b""
+        if offset < bound:
+            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            while i < len(self.segments) and not data:
+                data = self.segments[i].read(offset, max_bytes, min_one=min_one)
+                i += 1
+            if bound < self.log_end_offset:
+                data = _cut_at(data, bound)
+        return ReadResult(data, hw, self.log_start_offset, self.log_end_offset)
+
+    def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
+        for segment in self.segments:
+            if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
+            if found is None:
+                continue
+            return self._record_at_or_after(segment, found[0], timestamp) or found
+        return None
+
+    def _record_at_or_after(
+        self, segment: LogSegment, offset: int, timestamp: int
+    ) -> tuple[int, int] | None:
+        batch = segment.read(offset, HEADER_SIZE)
+        if len(batch) < HEADER_SIZE:
+            return None
+        header = parse_header(batch, 0)
+        body = memoryview(batch)[HEADER_SIZE : header.size]
+        if header.compression != Codec.NONE:
+            body = memoryview(decompress(header.compression, body))
+        if header.log_append_time:
+            return max(header.base_offset, offset), header.max_timestamp
+        for rec_offset, rec_ts in record_offsets_and_timestamps(
+            body, header.base_offset, header.base_timestamp, header.record_count
+        ):
+            if rec_ts >= timestamp and rec_offset >= self.log_start_offset:
+                return rec_offset, rec_ts
+        return None
+
+    def max_timestamp_and_offset(self) -> tuple[int, int]:
+        """(max timestamp, last offset of the batch holding it), for ListOffsets v7 -3."""
+        best = (-1, -1)
+        for segment in self.segments:
+            if segment.max_timestamp > best[0]:
+                for _, header in segment.headers_from(segment.base_offset):
+                    if header.max_timestamp > best[0] and header.last_offset >= self.log_start_offset:
+                        best = (header.max_timestamp, header.last_offset)
+        return best
+
+    # -- deletion ----------------------------------------------------------------------------
+
+    def delete_records_before(self, offset: int) -> int:
+        """Move the log start offset to `offset` (DeleteRecords); whole segments below go."""
+        if offset > self.high_watermark or offset < 0:
+            raise OffsetOutOfRange(
+                f"{self.tp}: cannot delete before {offset}; high watermark is {self.high_watermark}"
+            )
+        if offset > self.log_start_offset:
+            self.log_start_offset = offset
+            self._delete_segments_below_start()
+        return self.log_start_offset
+
+    def _delete_segments_below_start(self) -> None:
+        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
+            self._delete_oldest()
+
+    def _delete_oldest(self) -> None:
+        segment = self.segments.pop(0)
+        self._bases.pop(0)
+        if segment in self._rolled_unflushed:
+            self._rolled_unflushed.remove(segment)
+        segment.delete()
+        self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+
+    def apply_retention(self) -> int:
+        """Delete whole segments beyond retention.ms / retention.bytes; return how many."""
+        deleted = 0
+        now = self.clock.wall_ms()
+        retention_ms = self.config.retention_ms
+        if retention_ms >= 0:
+            while self.segments and self._expired(self.segments[0], now, retention_ms):
+                if len(self.segments) == 1:
+                    if self.active.size == 0:
+                        break
+                    self.roll()
+                self._delete_oldest()
+                deleted += 1
+        retention_bytes = self.config.retention_bytes
+        if retention_bytes >= 0:
+            total = self.size_bytes
+            while len(self.segments) > 1 and total - self.segments[0].size >= retention_bytes:
+                total -= self.segments[0].size
+                self._delete_oldest()
+                deleted += 1
+        return deleted
+
+    @staticmethod
+    def _expired(segment: LogSegment, now: int, retention_ms: int) -> bool:
+        if segment.size == 0:
+            return False
+        largest = segment.max_timestamp if segment.max_timestamp >= 0 else segment.last_modified_ms()
+        return now - largest > retention_ms
+
+    def truncate_to(self, offset: int) -> None:
+        """Drop everything at or after `offset` (recovery tests; followers later)."""
+        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+            segment = self.segments.pop()
+            self._bases.pop()
+            segment.delete()
+        self.active.truncate_to(offset)
+
+    def close(self, *, flush: bool = True) -> None:
+        if flush:
+            self.flush()
+        for segment in self.segments:
+            segment.close()
+
+    def delete(self) -> None:
+        for segment in self.segments:
+            segment.close()
+        shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _segment_may_hold(base: int, bases: list[int], recovery_point: int) -> bool:
+    """True if the segment starting at `base` may hold data past the recovery point."""
+    i = bases.index(base)
+    next_base = bases[i + 1] if i + 1 < len(bases) else None
+    return next_base is None or next_base > recovery_point
+
+
+def _cut_at(data: bytes, bound: int) -> bytes:
+    """Keep whole batches whose base offset is below `bound`."""
+    if not data:
+        return data
+    end = 0
+    for pos, header in iter_batches(data):
+        if header.base_offset >= bound:
+            break
+        end = pos + header.size
+    return data[:end] if end != len(data) else data
+
+
+def directory_size(path: Path) -> int:
+    return sum(os.path.getsize(p) for p in path.iterdir() if p.is_file())

@@ -1,0 +1,254 @@
+"""One log segment: `<base offset>.log` with its `.index` and `.timeindex`.
+
+Batches are appended as bytes and read back as bytes; the segment only looks at batch
+headers (never records) to find positions, so reads and writes cost per batch, not per record.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from crc32c import crc32c
+
+from oncelog.protocol.records.batch import (
+    CRC_START,
+    CURRENT_MAGIC,
+    HEADER_SIZE,
+    MIN_BATCH_LENGTH,
+    BatchHeader,
+    iter_batches,
+    parse_header,
+)
+from oncelog.storage.offset_index import OffsetIndex
+from oncelog.storage.time_index import TimeIndex
+
+_SCAN_CHUNK = 1 << 20
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(slots=True)
+class RecoveryResult:
+    valid_bytes: int
+    truncated_bytes: int
+    next_offset: int
+
+
+class LogSegment:
+    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+        self.base_offset = base_offset
+        self.log_path = directory / f"{segment_name(base_offset)}.log"
+        self.index = OffsetIndex(directory / f"{segment_name(base_offset)}.index", base_offset)
+        self.time_index = TimeIndex(
+            directory / f"{segment_name(base_offset)}.timeindex", base_offset
+        )
+        self.index_interval_bytes = index_interval_bytes
+        self.size = 0
+        self.next_offset = base_offset
+        self.max_timestamp = -1
+        self.first_batch_timestamp = -1
+        self._bytes_since_index = 0
+        self._fd = -1
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self) -> None:
+        self._fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self.size = os.fstat(self._fd).st_size
+        self.index.open()
+        self.time_index.open()
+
+    def load(self, *, recover: bool) -> RecoveryResult:
+        """Open and bring the in-memory state up to date with the files.
+
+        With `recover`, every batch is checked (length, magic, CRC, offsets ascending) and the
+        log is truncated after the last valid one; indexes are rebuilt. Otherwise indexes are
+        trusted when consistent and only the last indexed region is scanned.
+        """
+        self.open()
+        if not recover and self.index.load(self.size) and self.time_index.load(2**63 - 1):
+            start = self.index.lookup(2**63 - 1)
+            result = self._scan(start, validate=False, rebuild=False)
+            if result.truncated_bytes == 0:
+                self.first_batch_timestamp = self._first_timestamp()
+                self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp)
+                return result
+        self.index.reset()
+        self.time_index.reset()
+        self.max_timestamp = -1
+        self._bytes_since_index = 0
+        result = self._scan(0, validate=True, rebuild=True)
+        if result.truncated_bytes:
+            os.ftruncate(self._fd, result.valid_bytes)
+            self.size = result.valid_bytes
+        self.first_batch_timestamp = self._first_timestamp()
+        return result
+
+    def _scan(self, start: int, *, validate: bool, rebuild: bool) -> RecoveryResult:
+        """Walk batch headers from `start`; stop at the first invalid or torn batch."""
+        pos = start
+        next_offset = self.index.last_offset if start > 0 else self.base_offset
+        want = _SCAN_CHUNK
+        while pos < self.size:
+            chunk = os.pread(self._fd, want, pos)
+            advanced = 0
+            stopped = False
+            for rel, header in iter_batches(chunk):
+                if not _plausible(header, next_offset, self.base_offset) or (
+                    validate and not _crc_ok(chunk, rel, header)
+                ):
+                    stopped = True
+                    break
+                self._note_batch(header, pos + rel, rebuild)
+                next_offset = header.next_offset
+                advanced = rel + header.size
+            pos += advanced
+            if stopped:
+                break
+            if advanced == 0:
+                # No complete batch in the chunk: a torn tail, or one batch bigger than it.
+                if len(chunk) < HEADER_SIZE:
+                    break
+                first = parse_header(chunk, 0)
+                if first.batch_length < MIN_BATCH_LENGTH or pos + first.size > self.size:
+                    break
+                want = first.size
+                continue
+            want = _SCAN_CHUNK
+        self.next_offset = next_offset
+        return RecoveryResult(pos, self.size - pos, next_offset)
+
+    def _note_batch(self, header: BatchHeader, position: int, rebuild: bool) -> None:
+        if rebuild:
+            self._maybe_index(header, position)
+        if header.max_timestamp > self.max_timestamp:
+            self.max_timestamp = header.max_timestamp
+
+    def _first_timestamp(self) -> int:
+        if self.size < HEADER_SIZE:
+            return -1
+        return parse_header(os.pread(self._fd, HEADER_SIZE, 0)).max_timestamp
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(self, data: bytes | bytearray, headers: list[tuple[int, BatchHeader]]) -> None:
+        """Append already offset-assigned batches; `headers` are (relative position, header)."""
+        start = self.size
+        written = os.write(self._fd, data)
+        if written != len(data):
+            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
+        self.size += len(data)
+        for rel, header in headers:
+            self._maybe_index(header, start + rel)
+            if header.max_timestamp > self.max_timestamp:
+                self.max_timestamp = header.max_timestamp
+        if self.first_batch_timestamp < 0 and headers:
+            self.first_batch_timestamp = headers[0][1].max_timestamp
+        self.next_offset = headers[-1][1].next_offset
+
+    def _maybe_index(self, header: BatchHeader, position: int) -> None:
+        self._bytes_since_index += header.size
+        if self._bytes_since_index > self.index_interval_bytes or self.index.entries == 0:
+            self.index.append(header.base_offset, position)
+            self.time_index.maybe_append(header.max_timestamp, header.base_offset)
+            self._bytes_since_index = 0
+
+    def truncate_to(self, offset: int) -> None:
+        """Remove every batch at or after `offset` (whole batches only)."""
+        position = self.position_of(offset)
+        if position is None:
+            return
+        os.ftruncate(self._fd, position)
+        self.size = position
+        self.index.truncate_to_position(position)
+        self.time_index.truncate_to_offset(offset)
+        self.next_offset = self.base_offset
+        self.max_timestamp = -1
+        self._scan(0, validate=False, rebuild=False)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def position_of(self, offset: int) -> int | None:
+        """Position of the batch containing `offset`, or None if it is past this segment."""
+        pos = self.index.lookup(offset)
+        while pos + HEADER_SIZE <= self.size:
+            header = parse_header(os.pread(self._fd, HEADER_SIZE, pos))
+            if header.last_offset >= offset:
+                return pos
+            pos += header.size
+        return None
+
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
+        """Whole batches from the one containing `offset`, up to `max_bytes`; with `min_one`
+        at least the first batch whatever its size."""
+        start = self.position_of(offset)
+        end = self.size
+        if start is None or start >= end or (max_bytes <= 0 and not min_one):
+            return b""
+        data = os.pread(self._fd, min(max(max_bytes, HEADER_SIZE), end - start), start)
+        cut = 0
+        for rel, header in iter_batches(data):
+            cut = rel + header.size
+        if cut == 0:
+            if not min_one or len(data) < HEADER_SIZE:
+                return b""
+            first = parse_header(data, 0)
+            return os.pread(self._fd, min(first.size, end - start), start)
+        return data[:cut]
+
+    def headers_from(self, offset: int) -> list[tuple[int, BatchHeader]]:
+        """(position, header) of each batch from the one holding `offset` to the end."""
+        out: list[tuple[int, BatchHeader]] = []
+        pos = self.position_of(offset)
+        while pos is not None and pos + HEADER_SIZE <= self.size:
+            header = parse_header(os.pread(self._fd, HEADER_SIZE, pos))
+            out.append((pos, header))
+            pos += header.size
+        return out
+
+    def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
+        """(offset, timestamp) of the first batch with max timestamp >= `timestamp`."""
+        begin = max(self.time_index.lookup(timestamp), start_offset)
+        for _, header in self.headers_from(begin):
+            if header.max_timestamp >= timestamp and header.last_offset >= start_offset:
+                return max(header.base_offset, start_offset), header.max_timestamp
+        return None
+
+    def flush(self) -> None:
+        os.fsync(self._fd)
+        self.index.flush()
+        self.time_index.flush()
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.index.close()
+        self.time_index.close()
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.log_path, self.index.path, self.time_index.path):
+            with contextlib.suppress(FileNotFoundError):
+                path.unlink()
+
+    def last_modified_ms(self) -> int:
+        return int(os.stat(self.log_path).st_mtime * 1000)
+
+
+def _plausible(header: BatchHeader, next_offset: int, base_offset: int) -> bool:
+    return (
+        header.magic == CURRENT_MAGIC
+        and header.base_offset >= max(next_offset, base_offset)
+        and header.last_offset_delta >= 0
+        and header.batch_length >= MIN_BATCH_LENGTH
+    )
+
+
+def _crc_ok(buf: bytes, pos: int, header: BatchHeader) -> bool:
+    return bool(crc32c(memoryview(buf)[pos + CRC_START : pos + header.size]) == header.crc)
