@@ -314,25 +314,25 @@ class LogConfig:
 
         base = cls()
 
-        def num(key: str, default: object) -> int:
+        def num(key: str) -> int:
             value = parsed.get(key, getattr(base, key.replace(".", "_")))
             assert isinstance(value, int)
             return value
 
         config = cls(
-            segment_bytes=num("segment.bytes", cls.segment_bytes),
-            segment_ms=num("segment.ms", cls.segment_ms),
-            retention_ms=num("retention.ms", cls.retention_ms),
-            retention_bytes=num("retention.bytes", cls.retention_bytes),
-            max_message_bytes=num("max.message.bytes", cls.max_message_bytes),
-            flush_messages=num("flush.messages", cls.flush_messages),
-            flush_ms=num("flush.ms", cls.flush_ms),
-            index_interval_bytes=num("index.interval.bytes", cls.index_interval_bytes),
-            segment_index_bytes=num("segment.index.bytes", cls.segment_index_bytes),
+            segment_bytes=num("segment.bytes"),
+            segment_ms=num("segment.ms"),
+            retention_ms=num("retention.ms"),
+            retention_bytes=num("retention.bytes"),
+            max_message_bytes=num("max.message.bytes"),
+            flush_messages=num("flush.messages"),
+            flush_ms=num("flush.ms"),
+            index_interval_bytes=num("index.interval.bytes"),
+            segment_index_bytes=num("segment.index.bytes"),
             message_timestamp_type=ts_type,
-            min_insync_replicas=num("min.insync.replicas", cls.min_insync_replicas),
+            min_insync_replicas=num("min.insync.replicas"),
             cleanup_policy=tuple(policy),
-            file_delete_delay_ms=num("file.delete.delay.ms", cls.file_delete_delay_ms),
+            file_delete_delay_ms=num("file.delete.delay.ms"),
         )
         if config.segment_bytes < 14:
             raise InvalidConfig("segment.bytes must be at least 14")
@@ -363,4 +363,3 @@ def validate_topic_name(name: str) -> None:
         raise InvalidTopic(
             f"Topic name {name!r} is illegal: it must be 1-249 characters of [a-zA-Z0-9._-]"
         )
-

@@ -101,7 +101,9 @@ class Dispatcher:
             return Close(f"unknown api key {api_key}")
         if not is_supported(api_key, version):
             if api_key == ApiKey.API_VERSIONS:
-                body = build(response_class(api_key, 0), api_versions.unsupported_version_response())
+                body = build(
+                    response_class(api_key, 0), api_versions.unsupported_version_response()
+                )
                 return Reply(encode_response(api_key, correlation_id, body))
             return Close(f"unsupported version {version} of api key {api_key}")
         try:

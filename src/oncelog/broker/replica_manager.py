@@ -97,8 +97,7 @@ class ReplicaManager:
             raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}")
         if spec.replication_factor not in (-1, 1):
             raise InvalidReplicationFactor(
-                f"Replication factor: {spec.replication_factor} larger than available "
-                "brokers: 1."
+                f"Replication factor: {spec.replication_factor} larger than available brokers: 1."
             )
         return partitions, validate_topic_configs(spec.configs)
 
@@ -180,4 +179,3 @@ class ReplicaManager:
 
     def apply_retention(self) -> int:
         return self.logs.apply_retention()
-

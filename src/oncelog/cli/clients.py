@@ -61,12 +61,16 @@ def _pairs(items: list[str]) -> dict[str, str]:
 
 
 def run_topics(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": args.bootstrap_server})
     if args.action == "create":
         futures = admin.create_topics(
-            [NewTopic(args.topic, args.partitions, args.replication_factor, config=_pairs(args.config))]
+            [
+                NewTopic(
+                    args.topic, args.partitions, args.replication_factor, config=_pairs(args.config)
+                )
+            ]
         )
         return _wait(futures, "Created topic")
     if args.action == "delete":
@@ -82,7 +86,10 @@ def run_topics(args: argparse.Namespace) -> int:
     for name in wanted:
         topic = metadata.topics.get(name)
         if topic is None or topic.error is not None:
-            print(f"Error: topic {name}: {topic.error if topic else 'does not exist'}", file=sys.stderr)
+            print(
+                f"Error: topic {name}: {topic.error if topic else 'does not exist'}",
+                file=sys.stderr,
+            )
             status = 1
             continue
         print(f"Topic: {name}\tPartitionCount: {len(topic.partitions)}")
@@ -165,7 +172,10 @@ def run_consume(args: argparse.Namespace) -> int:
         while args.max_messages < 0 or seen < args.max_messages:
             msg = consumer.poll(0.2)
             if msg is None:
-                if args.timeout_ms >= 0 and (time.monotonic() - idle_since) * 1000 > args.timeout_ms:
+                if (
+                    args.timeout_ms >= 0
+                    and (time.monotonic() - idle_since) * 1000 > args.timeout_ms
+                ):
                     break
                 continue
             idle_since = time.monotonic()

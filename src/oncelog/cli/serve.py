@@ -13,7 +13,9 @@ from oncelog.errors import InvalidConfig
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("serve", help="run a broker")
     p.add_argument("properties", nargs="?", type=Path, help="a Kafka server.properties file")
-    p.add_argument("--listen", metavar="HOST:PORT", help="shortcut for listeners=PLAINTEXT://HOST:PORT")
+    p.add_argument(
+        "--listen", metavar="HOST:PORT", help="shortcut for listeners=PLAINTEXT://HOST:PORT"
+    )
     p.add_argument("--data-dir", metavar="DIR", help="shortcut for log.dirs=DIR")
     p.add_argument("--node-id", type=int, help="shortcut for node.id")
     p.add_argument(

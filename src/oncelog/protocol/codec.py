@@ -19,9 +19,12 @@ from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.static.primitive import i64
 
 from oncelog.protocol.framing import frame
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
+
+_Plan = tuple[tuple[str, str, type[Any] | None, bool, object], ...]
 
 
 class DecodeError(ValueError):
@@ -42,14 +45,23 @@ def is_flexible(api_key: int, version: int) -> bool:
     return bool(request_class(api_key, version).__flexible__)
 
 
-@cache
+_READERS: dict[type[Any], Callable[[bytes, int], tuple[Any, int]]] = {}
+_WRITERS: dict[type[Any], Callable[[io.BytesIO, Any], None]] = {}
+_PLANS: dict[type[Any], _Plan] = {}
+
+
 def _reader(cls: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
-    return entity_reader(cls)  # type: ignore[no-any-return]
+    reader = _READERS.get(cls)
+    if reader is None:
+        reader = _READERS[cls] = entity_reader(cls)
+    return reader
 
 
-@cache
 def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
-    return entity_writer(cls)  # type: ignore[no-any-return]
+    writer = _WRITERS.get(cls)
+    if writer is None:
+        writer = _WRITERS[cls] = entity_writer(cls)
+    return writer
 
 
 def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
@@ -77,11 +89,10 @@ def encode_response(api_key: int, correlation_id: int, entity: Any) -> bytes:
     return frame(response_header(correlation_id, flexible) + encode_entity(entity))
 
 
-_Plan = tuple[tuple[str, str, type[Any] | None, bool, object], ...]
-
-
-@cache
 def _plan(cls: type[Any]) -> _Plan:
+    cached = _PLANS.get(cls)
+    if cached is not None:
+        return cached
     plan = []
     for f in fields(cls):
         kind = classify_field(f)
@@ -92,7 +103,8 @@ def _plan(cls: type[Any]) -> _Plan:
         elif isinstance(kind, EntityField):
             nested = kind.type_
         plan.append((f.name, str(f.metadata.get("kafka_type", "")), nested, is_tuple, _default(f)))
-    return tuple(plan)
+    _PLANS[cls] = tuple(plan)
+    return _PLANS[cls]
 
 
 def _default(f: Field[Any]) -> object:
@@ -119,7 +131,7 @@ def build(cls: type[Any], data: Mapping[str, Any] | Any) -> Any:
         elif kafka_type in ("timedelta_i32", "timedelta_i64") and isinstance(value, int):
             value = datetime.timedelta(milliseconds=value)
         elif kafka_type == "datetime_i64" and isinstance(value, int):
-            value = tz_aware_from_i64(value)
+            value = tz_aware_from_i64(i64(value))
         elif kafka_type == "error_code" and not isinstance(value, ErrorCode):
             value = ErrorCode(value)
         kwargs[name] = value

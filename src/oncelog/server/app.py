@@ -61,8 +61,9 @@ class BrokerServer:
         node = Node(self.config.node_id, host, port)
         self.dispatcher = Dispatcher(BrokerContext(self.config, self.clock, self.replicas, node))
         self._tasks = [
-            asyncio.create_task(self._every(self.config.retention_check_interval_ms / 1000,
-                                            self._retention)),
+            asyncio.create_task(
+                self._every(self.config.retention_check_interval_ms / 1000, self._retention)
+            ),
             asyncio.create_task(self._every(ROLLED_FLUSH_INTERVAL_S, self._flush)),
             asyncio.create_task(self._every(CHECKPOINT_INTERVAL_S, self._checkpoint)),
             asyncio.create_task(self._every(10.0, self._close_idle)),
@@ -154,14 +155,14 @@ class BrokerServer:
 
 def run(config: BrokerConfig) -> int:
     """Run a broker until SIGTERM/SIGINT; print one line when ready."""
+
     async def main() -> None:
         server = BrokerServer(config)
         port = await server.start()
         listener = config.listener
         dirs = ",".join(str(d) for d in config.log_dirs)
         print(
-            f"oncelog broker {config.node_id} ready on {listener.host}:{port} "
-            f"(log.dirs={dirs})",
+            f"oncelog broker {config.node_id} ready on {listener.host}:{port} (log.dirs={dirs})",
             flush=True,
         )
         await server.serve_until_stopped()

@@ -76,9 +76,7 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
-        log_dir = min(
-            self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d)
-        )
+        log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
         plog = PartitionLog.load(log_dir / str(tp), tp, config, self.clock, clean=True)
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir

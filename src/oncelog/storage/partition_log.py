@@ -116,7 +116,9 @@ class PartitionLog:
             plog._add_segment(plog._new_segment(log_start_offset))
         plog.log_start_offset = max(plog.segments[0].base_offset, log_start_offset)
         plog.log_start_offset = min(plog.log_start_offset, plog.log_end_offset)
-        plog.recovery_point = plog.log_end_offset if clean else min(recovery_point, plog.log_end_offset)
+        plog.recovery_point = (
+            plog.log_end_offset if clean else min(recovery_point, plog.log_end_offset)
+        )
         return plog
 
     def _new_segment(self, base_offset: int) -> LogSegment:
@@ -291,7 +293,10 @@ class PartitionLog:
         for segment in self.segments:
             if segment.max_timestamp > best[0]:
                 for _, header in segment.headers_from(segment.base_offset):
-                    if header.max_timestamp > best[0] and header.last_offset >= self.log_start_offset:
+                    if (
+                        header.max_timestamp > best[0]
+                        and header.last_offset >= self.log_start_offset
+                    ):
                         best = (header.max_timestamp, header.last_offset)
         return best
 
@@ -346,7 +351,9 @@ class PartitionLog:
     def _expired(segment: LogSegment, now: int, retention_ms: int) -> bool:
         if segment.size == 0:
             return False
-        largest = segment.max_timestamp if segment.max_timestamp >= 0 else segment.last_modified_ms()
+        largest = (
+            segment.max_timestamp if segment.max_timestamp >= 0 else segment.last_modified_ms()
+        )
         return now - largest > retention_ms
 
     def truncate_to(self, offset: int) -> None:

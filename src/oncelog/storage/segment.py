@@ -126,8 +126,7 @@ class LogSegment:
     def _note_batch(self, header: BatchHeader, position: int, rebuild: bool) -> None:
         if rebuild:
             self._maybe_index(header, position)
-        if header.max_timestamp > self.max_timestamp:
-            self.max_timestamp = header.max_timestamp
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
 
     def _first_timestamp(self) -> int:
         if self.size < HEADER_SIZE:
@@ -145,8 +144,7 @@ class LogSegment:
         self.size += len(data)
         for rel, header in headers:
             self._maybe_index(header, start + rel)
-            if header.max_timestamp > self.max_timestamp:
-                self.max_timestamp = header.max_timestamp
+            self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         if self.first_batch_timestamp < 0 and headers:
             self.first_batch_timestamp = headers[0][1].max_timestamp
         self.next_offset = headers[-1][1].next_offset

@@ -7,9 +7,9 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_configs import describe_topic_configs
+from oncelog.broker.handlers.metadata import ZERO_UUID
 from oncelog.broker.replica_manager import TopicSpec
 from oncelog.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
-from oncelog.broker.handlers.metadata import ZERO_UUID
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:

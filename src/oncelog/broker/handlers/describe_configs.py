@@ -105,7 +105,7 @@ def _entry(
     return {
         "name": name,
         "value": value,
-        "read_only": source != SOURCE_TOPIC and source != SOURCE_DEFAULT,
+        "read_only": source not in (SOURCE_TOPIC, SOURCE_DEFAULT),
         "config_source": source,
         "is_default": source == SOURCE_DEFAULT,
         "is_sensitive": False,

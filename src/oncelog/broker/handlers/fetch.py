@@ -27,9 +27,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     if session_id != 0:
         return _top_level_error(ErrorCode.fetch_session_id_not_found)
     max_wait = int(request.max_wait.total_seconds() * 1000)
-    tps = tuple(
-        TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions
-    )
+    tps = tuple(TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions)
 
     def attempt(force: bool) -> dict[str, Any] | None:
         response, size, errors = _collect(ctx, request)
