@@ -94,9 +94,11 @@ def run_topics(args: argparse.Namespace) -> int:
             continue
         print(f"Topic: {name}\tPartitionCount: {len(topic.partitions)}")
         for pid, part in sorted(topic.partitions.items()):
+            replicas = ",".join(map(str, part.replicas))
+            isr = ",".join(map(str, part.isrs))
             print(
                 f"\tTopic: {name}\tPartition: {pid}\tLeader: {part.leader}\t"
-                f"Replicas: {','.join(map(str, part.replicas))}\tIsr: {','.join(map(str, part.isrs))}"
+                f"Replicas: {replicas}\tIsr: {isr}"
             )
     return status
 
