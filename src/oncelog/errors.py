@@ -121,3 +121,39 @@ class FencedLeaderEpoch(KafkaError):
 
 class UnknownLeaderEpoch(KafkaError):
     code = ErrorCode.unknown_leader_epoch
+
+
+class OutOfOrderSequenceNumber(KafkaError):
+    code = ErrorCode.out_of_order_sequence_number
+
+
+class DuplicateSequenceNumber(KafkaError):
+    code = ErrorCode.duplicate_sequence_number
+
+
+class InvalidProducerEpoch(KafkaError):
+    code = ErrorCode.invalid_producer_epoch
+
+
+class UnknownProducerId(KafkaError):
+    code = ErrorCode.unknown_producer_id
+
+
+class ProducerFenced(KafkaError):
+    code = ErrorCode.producer_fenced
+
+
+class InvalidProducerIdMapping(KafkaError):
+    code = ErrorCode.invalid_producer_id_mapping
+
+
+class TransactionalIdAuthorizationFailed(KafkaError):
+    code = ErrorCode.transactional_id_authorization_failed
+
+
+class ClusterAuthorizationFailed(KafkaError):
+    code = ErrorCode.cluster_authorization_failed
+
+
+class InvalidTxnState(KafkaError):
+    code = ErrorCode.invalid_txn_state

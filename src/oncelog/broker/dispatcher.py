@@ -26,6 +26,7 @@ from oncelog.broker.handlers import (
     delete_topics,
     describe_configs,
     fetch,
+    init_producer_id,
     list_offsets,
     metadata,
     offset_for_leader_epoch,
@@ -57,6 +58,7 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.CREATE_TOPICS: create_topics.handle,
     ApiKey.DELETE_TOPICS: delete_topics.handle,
     ApiKey.DELETE_RECORDS: delete_records.handle,
+    ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
     ApiKey.DESCRIBE_CONFIGS: describe_configs.handle,
 }

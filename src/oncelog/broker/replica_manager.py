@@ -19,12 +19,15 @@ from oncelog.errors import (
     InvalidPartitions,
     InvalidReplicationFactor,
     InvalidRequest,
+    InvalidTxnState,
     KafkaStorageError,
     TopicAlreadyExists,
     UnknownLeaderEpoch,
+    UnknownProducerId,
     UnknownTopicOrPartition,
 )
 from oncelog.metadata.image import MetadataImage, TopicImage
+from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import AppendInfo, PartitionLog, ReadResult
 from oncelog.storage.validator import validate_produce_records
@@ -50,6 +53,7 @@ class ReplicaManager:
         self.clock = clock
         self.metadata = MetadataImage.load_or_create(config.log_dirs[0], config.node_id)
         self.logs = LogManager(config.log_dirs, clock)
+        self.producer_ids = ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)
         self._log_configs: dict[str, LogConfig] = {}
         self.append_listener: Callable[[list[TopicPartition]], None] = lambda _: None
 
@@ -60,6 +64,9 @@ class ReplicaManager:
             assert config is not None
             for p in range(topic.partitions):
                 self.logs.create(TopicPartition(topic.name, p), config)
+        seen = [pid for _, plog in self.logs.partitions() for pid in plog.producer_state.producers]
+        if seen:
+            self.producer_ids.ensure_above(max(seen))
 
     def shutdown(self) -> None:
         self.logs.shutdown()
@@ -153,6 +160,13 @@ class ReplicaManager:
         """Validate and append one partition's produce data; all or nothing."""
         plog = self.partition(tp)
         validated = validate_produce_records(records, plog.config.max_message_bytes)
+        for _, header in validated.batches:
+            if header.is_transactional:
+                raise InvalidTxnState(f"{tp}: transactions are not supported yet")
+            if header.producer_id >= self.producer_ids.allocated_below:
+                raise UnknownProducerId(
+                    f"{tp}: producer id {header.producer_id} was never issued by this cluster"
+                )
         try:
             return plog.append(validated, LEADER_EPOCH)
         except OSError as exc:

@@ -21,6 +21,8 @@ from pathlib import Path
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import OffsetOutOfRange
+from oncelog.producer_state.append import ProducerAppendInfo
+from oncelog.producer_state.manager import ProducerStateManager
 from oncelog.protocol.records.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -46,6 +48,7 @@ class AppendInfo:
     last_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,7 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock.monotonic_ms()
         self._rolled_unflushed: list[LogSegment] = []
+        self.producer_state = ProducerStateManager(tp)
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -116,6 +120,7 @@ class PartitionLog:
             plog._add_segment(plog._new_segment(log_start_offset))
         plog.log_start_offset = max(plog.segments[0].base_offset, log_start_offset)
         plog.log_start_offset = min(plog.log_start_offset, plog.log_end_offset)
+        plog.rebuild_producer_state()
         plog.recovery_point = (
             plog.log_end_offset if clean else min(recovery_point, plog.log_end_offset)
         )
@@ -152,7 +157,17 @@ class PartitionLog:
     # -- appends -----------------------------------------------------------------------------
 
     def append(self, records: ValidatedRecords, leader_epoch: int) -> AppendInfo:
-        """Assign offsets to validated batches and append them as one write."""
+        """Assign offsets to validated batches and append them as one write.
+
+        1. A retried batch of an idempotent producer that matches one of its cached batches
+           is a duplicate: answer with the original offsets and write nothing.
+        2. Offsets are assigned on a copy of the bytes and each producer's batches are
+           checked against a staged copy of its state (epoch, sequence).
+        3. The bytes are written; only then is the staged producer state applied.
+        """
+        duplicate = self._find_duplicate(records)
+        if duplicate is not None:
+            return duplicate
         first_ts = records.batches[0][1].max_timestamp
         self._maybe_roll(len(records.data), first_ts, records)
         data = bytearray(records.data)
@@ -162,17 +177,58 @@ class PartitionLog:
         if self.config.message_timestamp_type == "LogAppendTime":
             append_time = self.clock.wall_ms()
         assigned: list[tuple[int, BatchHeader]] = []
+        staged: dict[int, ProducerAppendInfo] = {}
         for pos, header in records.batches:
             rewrite_offsets(data, pos, next_offset, leader_epoch)
             if append_time >= 0:
                 set_log_append_time(data, pos, header.size, append_time)
-            assigned.append((pos, parse_header(data, pos)))
+            stored = parse_header(data, pos)
+            if stored.has_producer_id:
+                info = staged.get(stored.producer_id)
+                if info is None:
+                    info = staged[stored.producer_id] = self.producer_state.prepare(
+                        stored.producer_id
+                    )
+                info.append(stored)
+            assigned.append((pos, stored))
             next_offset += header.last_offset_delta + 1
         self.active.append(data, assigned)
+        for info in staged.values():
+            self.producer_state.update(info)
+        self.producer_state.map_end_offset = next_offset
         self._unflushed_messages += records.record_count
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
         return AppendInfo(base_offset, next_offset - 1, append_time, self.log_start_offset)
+
+    def _find_duplicate(self, records: ValidatedRecords) -> AppendInfo | None:
+        for _, header in records.batches:
+            if header.has_producer_id:
+                cached = self.producer_state.find_duplicate(header)
+                if cached is not None:
+                    log.debug(
+                        "%s: duplicate batch of producer %d epoch %d seq %d-%d (offset %d)",
+                        self.tp,
+                        header.producer_id,
+                        header.producer_epoch,
+                        header.base_sequence,
+                        header.last_sequence,
+                        cached.first_offset,
+                    )
+                    return AppendInfo(
+                        cached.first_offset,
+                        cached.last_offset,
+                        -1,
+                        self.log_start_offset,
+                        duplicate=True,
+                    )
+        return None
+
+    def rebuild_producer_state(self) -> None:
+        """Replay every stored batch header into a fresh producer state (recovery)."""
+        self.producer_state.clear()
+        for segment in self.segments:
+            self.producer_state.replay(h for _, h in segment.headers_from(segment.base_offset))
 
     def append_as_stored(self, data: bytes) -> None:
         """Append batches that already carry their offsets (recovery tests, replication)."""
@@ -363,6 +419,7 @@ class PartitionLog:
             self._bases.pop()
             segment.delete()
         self.active.truncate_to(offset)
+        self.rebuild_producer_state()
 
     def close(self, *, flush: bool = True) -> None:
         if flush:

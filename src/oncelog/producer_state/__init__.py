@@ -1,0 +1,1 @@
+"""Idempotent-producer state per partition: epochs, sequence numbers, duplicate detection."""

@@ -1,0 +1,79 @@
+"""Validation of one producer's batches against its state, staged on a copy.
+
+`ProducerAppendInfo` checks each batch of a produce request in order against a copy of the
+producer's entry; the partition applies the copy (`ProducerStateManager.update`) only after
+the bytes were appended, so a failed append leaves the state untouched. Rules (Kafka's
+ProducerAppendInfo, with KIP-360):
+
+1. A lower epoch than the current one is fenced: INVALID_PRODUCER_EPOCH.
+2. A new, higher epoch must start at sequence 0 (unless the producer is unknown).
+3. In the same epoch, the first sequence must follow the last one (int32 wrap-around);
+   otherwise OUT_OF_ORDER_SEQUENCE_NUMBER.
+4. A producer the partition knows nothing about (never seen, or its state expired or was
+   removed with its data) is accepted at any sequence: that is what lets today's clients,
+   which bump their epoch on errors, continue after expiry.
+Duplicates are found before these checks (`ProducerStateManager.find_duplicate`).
+"""
+
+from __future__ import annotations
+
+from oncelog.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
+from oncelog.producer_state.entry import (
+    NO_EPOCH,
+    BatchMetadata,
+    ProducerStateEntry,
+    in_sequence,
+)
+from oncelog.protocol.records.batch import BatchHeader
+from oncelog.types import TopicPartition
+
+
+class ProducerAppendInfo:
+    def __init__(self, tp: TopicPartition, current: ProducerStateEntry | None, producer_id: int):
+        self.tp = tp
+        self.producer_id = producer_id
+        self.known = current is not None and current.producer_epoch != NO_EPOCH
+        self.entry = current.copy() if current is not None else ProducerStateEntry(producer_id)
+
+    def validate(self, header: BatchHeader, *, check_sequence: bool = True) -> None:
+        """Raise the Kafka error for a batch that may not be appended; stage nothing."""
+        epoch = header.producer_epoch
+        entry = self.entry
+        if self.known and epoch < entry.producer_epoch:
+            raise InvalidProducerEpoch(
+                f"{self.tp}: producer {self.producer_id} epoch {epoch} is older than the "
+                f"current epoch {entry.producer_epoch}"
+            )
+        if not check_sequence:
+            return
+        first_seq = header.base_sequence
+        if epoch != entry.producer_epoch:
+            if first_seq != 0 and self.known:
+                raise OutOfOrderSequenceNumber(
+                    f"{self.tp}: producer {self.producer_id} new epoch {epoch} must start at "
+                    f"sequence 0, got {first_seq} (current epoch {entry.producer_epoch})"
+                )
+        elif not entry.is_empty and not in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceNumber(
+                f"{self.tp}: producer {self.producer_id} epoch {epoch}: expected sequence "
+                f"{(entry.last_seq + 1) % 2**31}, got {first_seq}"
+            )
+
+    def append(self, header: BatchHeader, *, check_sequence: bool = True) -> None:
+        """Validate and stage a batch whose offsets are already assigned."""
+        self.validate(header, check_sequence=check_sequence)
+        self.stage(header)
+
+    def stage(self, header: BatchHeader) -> None:
+        """Record an appended batch on the staged copy (also used when replaying the log)."""
+        self.entry.add_batch(
+            header.producer_epoch,
+            BatchMetadata(
+                header.base_sequence,
+                header.last_sequence,
+                header.last_offset,
+                header.last_offset_delta,
+                header.max_timestamp,
+            ),
+        )
+        self.known = True
