@@ -9,14 +9,21 @@ timestamp, as Kafka does) even if retention deleted its data, then dropped by
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
+from pathlib import Path
 
+from oncelog.fileio import CorruptFileError
+from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import ProducerAppendInfo
 from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
 from oncelog.protocol.records.batch import BatchHeader
 from oncelog.types import TopicPartition
 
+log = logging.getLogger(__name__)
+
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
+SNAPSHOTS_KEPT = 3
 
 
 class ProducerStateManager:
@@ -74,3 +81,33 @@ class ProducerStateManager:
     def clear(self) -> None:
         self.producers.clear()
         self.map_end_offset = 0
+
+    # -- snapshots ---------------------------------------------------------------------------
+
+    def take_snapshot(self, directory: Path) -> None:
+        """Write the state as of `map_end_offset` (segment roll, clean shutdown)."""
+        if self.map_end_offset in snapshot.list_snapshots(directory):
+            return
+        snapshot.write(directory, self.map_end_offset, self.producers.values())
+        snapshot.delete_older(directory, SNAPSHOTS_KEPT)
+
+    def load_snapshot(self, directory: Path, log_end_offset: int) -> int | None:
+        """Load the newest valid snapshot not beyond `log_end_offset`; return its offset.
+
+        Snapshots beyond the log end (the log was truncated) and damaged ones are deleted,
+        with a warning, and an older one is tried. None means: rebuild from the segments.
+        """
+        self.clear()
+        snapshot.delete_after(directory, log_end_offset)
+        for offset in reversed(snapshot.list_snapshots(directory)):
+            path = snapshot.snapshot_path(directory, offset)
+            try:
+                snap_offset, entries = snapshot.decode(path.read_bytes())
+            except (OSError, CorruptFileError) as exc:
+                log.warning("%s: skipping damaged producer snapshot %s: %s", self.tp, path, exc)
+                path.unlink(missing_ok=True)
+                continue
+            self.producers = {e.producer_id: e for e in entries}
+            self.map_end_offset = snap_offset
+            return snap_offset
+        return None

@@ -7,38 +7,18 @@ leaves either the old or the new version of a file, and a damaged file is detect
 from __future__ import annotations
 
 import json
-import os
 import struct
 from pathlib import Path
 from typing import Any
 
 from crc32c import crc32c
 
+from oncelog.fileio import CorruptFileError, fsync_dir, write_atomically
+
+__all__ = ["CorruptFileError", "fsync_dir", "write_atomically"]
+
 _CHECKED_MAGIC = b"OLCK"
 _CHECKED_HEADER = struct.Struct(">4sHI")  # magic, version, crc32c of the payload
-
-
-class CorruptFileError(ValueError):
-    """A checksummed file is truncated, has a bad checksum or an unknown version."""
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` with `data` so that a crash leaves the old or the new content."""
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def encode_checked(payload: bytes, version: int) -> bytes:

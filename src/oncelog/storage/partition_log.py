@@ -225,10 +225,25 @@ class PartitionLog:
         return None
 
     def rebuild_producer_state(self) -> None:
-        """Replay every stored batch header into a fresh producer state (recovery)."""
-        self.producer_state.clear()
+        """Load the newest usable producer snapshot and replay the batches after it.
+
+        Without one, the state is rebuilt from every stored batch header (with a warning
+        when the log holds data, since that is slow on a large log).
+        """
+        start = self.producer_state.load_snapshot(self.directory, self.log_end_offset)
+        if start is None:
+            if self.log_end_offset > self.log_start_offset:
+                log.warning("%s: no usable producer snapshot; rebuilding from the log", self.tp)
+            start = self.log_start_offset
+        self.replay_producer_state(start)
+
+    def replay_producer_state(self, start: int) -> None:
         for segment in self.segments:
-            self.producer_state.replay(h for _, h in segment.headers_from(segment.base_offset))
+            if segment.next_offset <= start or segment.size == 0:
+                continue
+            headers = segment.headers_from(max(start, segment.base_offset))
+            self.producer_state.replay(h for _, h in headers if h.base_offset >= start)
+        self.producer_state.map_end_offset = self.log_end_offset
 
     def append_as_stored(self, data: bytes) -> None:
         """Append batches that already carry their offsets (recovery tests, replication)."""
@@ -258,6 +273,7 @@ class PartitionLog:
         old = self.active
         self._rolled_unflushed.append(old)
         self._add_segment(self._new_segment(self.log_end_offset))
+        self.producer_state.take_snapshot(self.directory)
         log.debug("%s: rolled new segment at offset %d", self.tp, self.log_end_offset)
         return old
 
@@ -314,34 +330,41 @@ class PartitionLog:
         return ReadResult(data, hw, self.log_start_offset, self.log_end_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record with timestamp >= `timestamp`."""
+        """(offset, timestamp) of the first record with timestamp >= `timestamp`.
+
+        A batch whose max timestamp matches may hold the matching records only below the log
+        start offset; the search then goes on with the next batch, as Kafka's does.
+        """
+        start = self.log_start_offset
         for segment in self.segments:
-            if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
+            if segment.max_timestamp < timestamp or segment.next_offset <= start:
                 continue
-            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-            if found is None:
-                continue
-            return self._record_at_or_after(segment, found[0], timestamp) or found
+            while (found := segment.find_offset_by_timestamp(timestamp, start)) is not None:
+                hit, start = self._record_at_or_after(segment, found[0], timestamp)
+                if hit is not None:
+                    return hit
         return None
 
     def _record_at_or_after(
         self, segment: LogSegment, offset: int, timestamp: int
-    ) -> tuple[int, int] | None:
+    ) -> tuple[tuple[int, int] | None, int]:
+        """(first record at or after `offset` with timestamp >= `timestamp` in the batch
+        holding `offset`, or None; the offset after that batch)."""
         batch = segment.read(offset, HEADER_SIZE)
         if len(batch) < HEADER_SIZE:
-            return None
+            return None, segment.next_offset
         header = parse_header(batch, 0)
         body = memoryview(batch)[HEADER_SIZE : header.size]
+        if header.log_append_time:
+            return (max(header.base_offset, offset), header.max_timestamp), header.next_offset
         if header.compression != Codec.NONE:
             body = memoryview(decompress(header.compression, body))
-        if header.log_append_time:
-            return max(header.base_offset, offset), header.max_timestamp
         for rec_offset, rec_ts in record_offsets_and_timestamps(
             body, header.base_offset, header.base_timestamp, header.record_count
         ):
-            if rec_ts >= timestamp and rec_offset >= self.log_start_offset:
-                return rec_offset, rec_ts
-        return None
+            if rec_ts >= timestamp and rec_offset >= offset:
+                return (rec_offset, rec_ts), header.next_offset
+        return None, header.next_offset
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(max timestamp, last offset of the batch holding it), for ListOffsets v7 -3."""
@@ -424,6 +447,7 @@ class PartitionLog:
     def close(self, *, flush: bool = True) -> None:
         if flush:
             self.flush()
+            self.producer_state.take_snapshot(self.directory)
         for segment in self.segments:
             segment.close()
 
