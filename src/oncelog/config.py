@@ -95,6 +95,7 @@ TOPIC_ONLY_CONFIGS: dict[str, ConfigDef] = _defs(
 
 _BOOL = {"true": True, "false": False}
 _TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
+_INT_RE = re.compile(r"[+-]?[0-9]+")
 
 
 def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
@@ -102,6 +103,10 @@ def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
     text = raw.strip()
     try:
         if d.type in (ConfigType.INT, ConfigType.LONG):
+            # Java's parseInt/parseLong: ASCII digits only (Python's int() also takes "1_000"
+            # and non-ASCII digits, which Kafka rejects).
+            if not _INT_RE.fullmatch(text):
+                raise ValueError(text)
             value = int(text)
             limit = INT_MAX if d.type is ConfigType.INT else LONG_MAX
             if not -limit - 1 <= value <= limit:
@@ -120,7 +125,8 @@ def read_properties(path: Path) -> dict[str, str]:
     """Read a Java-style properties file (key=value or key: value, # and ! comments)."""
     props: dict[str, str] = {}
     pending = ""
-    for raw_line in path.read_text(encoding="utf-8").splitlines():
+    # The trailing "" flushes a continuation left open on the last line (Java keeps it).
+    for raw_line in [*path.read_text(encoding="utf-8").splitlines(), ""]:
         line = pending + raw_line.strip()
         pending = ""
         if not line or line[0] in "#!":
@@ -254,12 +260,15 @@ class BrokerConfig:
         return self._int("log.roll.hours") * 3_600_000
 
     def _retention_ms(self) -> int:
+        """Kafka's precedence ms > minutes > hours; any negative value means unlimited, -1
+        (not e.g. -60000 for minutes=-1)."""
         if self.is_set("log.retention.ms"):
-            return self._int("log.retention.ms")
-        if self.is_set("log.retention.minutes"):
-            return self._int("log.retention.minutes") * 60_000
-        hours = self._int("log.retention.hours")
-        return -1 if hours < 0 else hours * 3_600_000
+            ms = self._int("log.retention.ms")
+        elif self.is_set("log.retention.minutes"):
+            ms = self._int("log.retention.minutes") * 60_000
+        else:
+            ms = self._int("log.retention.hours") * 3_600_000
+        return -1 if ms < 0 else ms
 
     @classmethod
     def load(

@@ -71,10 +71,14 @@ class LogSegment:
         trusted when consistent and only the last indexed region is scanned.
         """
         self.open()
-        if not recover and self.index.load(self.size) and self.time_index.load(2**63 - 1):
+        if not recover and self.index.load(self.size) and self._index_tail_ok():
             start = self.index.lookup(2**63 - 1)
             result = self._scan(start, validate=False, rebuild=False)
-            if result.truncated_bytes == 0:
+            if (
+                result.truncated_bytes == 0
+                and self.time_index.load(result.next_offset)
+                and (self.time_index.entries > 0) == (self.index.entries > 0)
+            ):
                 self.first_batch_timestamp = self._first_timestamp()
                 self.max_timestamp = max(self.max_timestamp, self.time_index.last_timestamp)
                 return result
@@ -88,6 +92,18 @@ class LogSegment:
             self.size = result.valid_bytes
         self.first_batch_timestamp = self._first_timestamp()
         return result
+
+    def _index_tail_ok(self) -> bool:
+        """A clean load trusts the index only if a non-empty log has one (a missing or
+        emptied `.index` would otherwise never be rebuilt) and its last entry points at the
+        batch it names."""
+        if self.index.entries == 0:
+            return self.size == 0
+        pos = self.index.lookup(2**63 - 1)
+        if pos + HEADER_SIZE > self.size:
+            return False
+        header = parse_header(os.pread(self._fd, HEADER_SIZE, pos))
+        return header.base_offset == self.index.last_offset
 
     def _scan(self, start: int, *, validate: bool, rebuild: bool) -> RecoveryResult:
         """Walk batch headers from `start`; stop at the first invalid or torn batch."""
@@ -124,9 +140,9 @@ class LogSegment:
         return RecoveryResult(pos, self.size - pos, next_offset)
 
     def _note_batch(self, header: BatchHeader, position: int, rebuild: bool) -> None:
+        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         if rebuild:
             self._maybe_index(header, position)
-        self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
 
     def _first_timestamp(self) -> int:
         if self.size < HEADER_SIZE:
@@ -143,17 +159,21 @@ class LogSegment:
             raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
         self.size += len(data)
         for rel, header in headers:
-            self._maybe_index(header, start + rel)
             self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+            self._maybe_index(header, start + rel)
         if self.first_batch_timestamp < 0 and headers:
             self.first_batch_timestamp = headers[0][1].max_timestamp
         self.next_offset = headers[-1][1].next_offset
 
     def _maybe_index(self, header: BatchHeader, position: int) -> None:
+        """Index the batch; the time entry carries the segment's running max timestamp (as
+        Kafka's does), so no unindexed earlier batch can hold a later timestamp than an entry
+        says: a lookup then never starts past a match, and the last entry is the max on load.
+        The caller updates `max_timestamp` with this batch first."""
         self._bytes_since_index += header.size
         if self._bytes_since_index > self.index_interval_bytes or self.index.entries == 0:
             self.index.append(header.base_offset, position)
-            self.time_index.maybe_append(header.max_timestamp, header.base_offset)
+            self.time_index.maybe_append(self.max_timestamp, header.base_offset)
             self._bytes_since_index = 0
 
     def truncate_to(self, offset: int) -> None:
@@ -168,6 +188,8 @@ class LogSegment:
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self._scan(0, validate=False, rebuild=False)
+        # The roll-by-time clock starts again from the (new) first batch, if any.
+        self.first_batch_timestamp = self._first_timestamp()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -230,8 +252,10 @@ class LogSegment:
         self.time_index.close()
 
     def delete(self) -> None:
+        """Remove the files, indexes first: a crash in between leaves a log whose indexes
+        are rebuilt on load, never orphan indexes a later segment would append to."""
         self.close()
-        for path in (self.log_path, self.index.path, self.time_index.path):
+        for path in (self.time_index.path, self.index.path, self.log_path):
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 

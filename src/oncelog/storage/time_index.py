@@ -48,6 +48,10 @@ class TimeIndex:
         os.ftruncate(self._fd, 0)
 
     @property
+    def entries(self) -> int:
+        return len(self._offsets)
+
+    @property
     def last_timestamp(self) -> int:
         return self._timestamps[-1] if self._timestamps else -1
 
