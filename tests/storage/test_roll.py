@@ -1,0 +1,170 @@
+"""Segment roll (by size, by time, on a full index) and the on-disk layout."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oncelog.clock import ManualClock
+from oncelog.config import LogConfig
+from oncelog.storage.partition_log import PartitionLog
+from oncelog.types import TopicPartition
+from tests.storage.util import (
+    T0,
+    append,
+    batch_offsets,
+    make_batch,
+    open_log,
+    read_all,
+    segment_files,
+    validated,
+)
+
+BATCH = len(make_batch([b"x" * 10]))  # every test batch below has this size
+
+
+def _names(*bases: int) -> list[str]:
+    return sorted(f"{b:020d}{ext}" for b in bases for ext in (".log", ".index", ".timeindex"))
+
+
+def test_batch_size_is_what_the_tests_assume() -> None:
+    assert BATCH == 78
+
+
+def test_new_log_layout(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    assert plog.directory == tmp_path / "t-0"
+    assert segment_files(tmp_path / "t-0") == _names(0)
+    assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+    plog.close()
+
+
+def test_roll_by_size(tmp_path: Path) -> None:
+    plog = open_log(tmp_path, LogConfig(segment_bytes=3 * BATCH))
+    infos = [append(plog, [b"x" * 10]) for _ in range(7)]
+    assert [(i.base_offset, i.last_offset) for i in infos] == [(n, n) for n in range(7)]
+    assert [s.base_offset for s in plog.segments] == [0, 3, 6]
+    assert [s.size for s in plog.segments] == [3 * BATCH, 3 * BATCH, BATCH]
+    assert [s.next_offset for s in plog.segments] == [3, 6, 7]
+    assert segment_files(plog.directory) == _names(0, 3, 6)
+    assert (plog.directory / "00000000000000000003.log").stat().st_size == 3 * BATCH
+    assert batch_offsets(read_all(plog)) == [(n, n) for n in range(7)]
+    plog.close()
+
+
+def test_roll_by_size_counts_the_whole_append(tmp_path: Path) -> None:
+    two = make_batch([b"x" * 10]) + make_batch([b"x" * 10])
+    plog = open_log(tmp_path, LogConfig(segment_bytes=3 * BATCH))
+    append(plog, [b"x" * 10])
+    append(plog, [b"x" * 10])
+    info = plog.append(validated(two), 0)  # 2 + 2 batches > 3: the pair goes to a new segment
+    assert (info.base_offset, info.last_offset) == (2, 3)
+    assert [(s.base_offset, s.next_offset) for s in plog.segments] == [(0, 2), (2, 4)]
+    plog.close()
+
+
+def test_batch_larger_than_segment_bytes_goes_into_an_empty_segment(tmp_path: Path) -> None:
+    plog = open_log(tmp_path, LogConfig(segment_bytes=BATCH // 2))
+    append(plog, [b"x" * 10])
+    append(plog, [b"x" * 10])
+    assert [(s.base_offset, s.size) for s in plog.segments] == [(0, BATCH), (1, BATCH)]
+    plog.close()
+
+
+def test_roll_by_time_with_the_clock(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog = open_log(tmp_path, LogConfig(segment_ms=1000), clock)
+    append(plog, [b"x" * 10], timestamp=clock.wall_ms())
+    clock.advance(1000)  # exactly segment.ms: not yet
+    append(plog, [b"x" * 10], timestamp=T0)
+    assert [s.base_offset for s in plog.segments] == [0]
+    clock.advance(1)
+    append(plog, [b"x" * 10], timestamp=T0)
+    assert [s.base_offset for s in plog.segments] == [0, 2]
+    # the new segment's clock starts at its first batch (timestamp T0, now T0 + 1001)
+    append(plog, [b"x" * 10], timestamp=T0 + 1001)
+    assert [s.base_offset for s in plog.segments] == [0, 2, 3]
+    assert segment_files(plog.directory) == _names(0, 2, 3)
+    plog.close()
+
+
+def test_roll_by_time_with_batch_timestamps(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog = open_log(tmp_path, LogConfig(segment_ms=1000), clock)
+    append(plog, [b"x" * 10], timestamp=T0)
+    append(plog, [b"x" * 10], timestamp=T0 + 1000)
+    assert len(plog.segments) == 1
+    append(plog, [b"x" * 10], timestamp=T0 + 1001)  # the clock has not moved
+    assert [s.base_offset for s in plog.segments] == [0, 2]
+    plog.close()
+
+
+def test_empty_segment_never_rolls_by_time(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    plog = open_log(tmp_path, LogConfig(segment_ms=10), clock)
+    clock.advance(1_000_000)
+    append(plog, [b"x" * 10], timestamp=T0)
+    assert [s.base_offset for s in plog.segments] == [0]
+    plog.close()
+
+
+def test_roll_after_reload_uses_the_first_batch_timestamp(tmp_path: Path) -> None:
+    clock = ManualClock(T0)
+    config = LogConfig(segment_ms=1000)
+    plog = open_log(tmp_path, config, clock)
+    append(plog, [b"x" * 10], timestamp=T0)
+    append(plog, [b"x" * 10], timestamp=T0 + 900)
+    plog.close()
+    clock.advance(1001)
+    plog = open_log(tmp_path, config, clock)
+    assert plog.active.first_batch_timestamp == T0
+    append(plog, [b"x" * 10], timestamp=clock.wall_ms())
+    assert [s.base_offset for s in plog.segments] == [0, 2]
+    plog.close()
+
+
+def test_roll_when_the_index_is_full(tmp_path: Path) -> None:
+    # index.interval.bytes=0 indexes every batch; 16 bytes hold two 8-byte entries.
+    plog = open_log(tmp_path, LogConfig(segment_index_bytes=16, index_interval_bytes=0))
+    for _ in range(5):
+        append(plog, [b"x" * 10])
+    assert [s.base_offset for s in plog.segments] == [0, 2, 4]
+    assert [s.index.entries for s in plog.segments] == [2, 2, 1]
+    assert (plog.directory / "00000000000000000002.index").read_bytes() == (
+        bytes.fromhex("00000000 00000000") + (1).to_bytes(4, "big") + BATCH.to_bytes(4, "big")
+    )
+    plog.close()
+
+
+def test_explicit_roll_and_roll_of_empty_active(tmp_path: Path) -> None:
+    plog = open_log(tmp_path)
+    assert plog.roll() is plog.active  # nothing to roll
+    append(plog, [b"a", b"b", b"c"])
+    old = plog.roll()
+    assert old.base_offset == 0
+    assert [s.base_offset for s in plog.segments] == [0, 3]
+    info = append(plog, [b"d"])
+    assert (info.base_offset, info.last_offset) == (3, 3)
+    assert segment_files(plog.directory) == _names(0, 3)
+    plog.close()
+
+
+def test_reload_keeps_segments_and_offsets(tmp_path: Path) -> None:
+    config = LogConfig(segment_bytes=2 * BATCH)
+    plog = open_log(tmp_path, config)
+    for _ in range(5):
+        append(plog, [b"x" * 10])
+    before = read_all(plog)
+    plog.close()
+    plog = open_log(tmp_path, config)
+    assert [s.base_offset for s in plog.segments] == [0, 2, 4]
+    assert plog.log_end_offset == 5
+    assert read_all(plog) == before
+    assert append(plog, [b"y"]).base_offset == 5
+    plog.close()
+
+
+def test_partition_directory_name(tmp_path: Path) -> None:
+    tp = TopicPartition("my.topic-x", 12)
+    plog = PartitionLog.load(tmp_path / str(tp), tp, LogConfig(), ManualClock(T0), clean=True)
+    assert plog.directory.name == "my.topic-x-12"
+    plog.close()
