@@ -249,20 +249,12 @@ def test_compression(broker: BrokerProcess, codec: str) -> None:
     assert_same_records(acked, got)
 
 
-LZ4_GATED = (
-    "broker bug: librdkafka enables LZ4 only when ApiVersions advertises FindCoordinator "
-    "(feature map: RD_KAFKA_FEATURE_LZ4 depends on FindCoordinator v0); oncelog does not, so "
-    "librdkafka logs 'Broker does not support compression type lz4: not compressing batch' "
-    "and silently sends lz4-configured batches uncompressed"
-)
-
-
 @pytest.mark.parametrize(
     "codec",
     [
         "gzip",
         "snappy",
-        pytest.param("lz4", marks=pytest.mark.xfail(reason=LZ4_GATED, strict=True)),
+        "lz4",
         "zstd",
     ],
 )
