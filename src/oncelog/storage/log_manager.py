@@ -40,7 +40,8 @@ class LogManager:
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             marker = log_dir / CLEAN_SHUTDOWN_FILE
-            clean = marker.exists()
+            fresh = not any(_PARTITION_DIR.match(p.name) for p in log_dir.iterdir() if p.is_dir())
+            clean = marker.exists() or fresh
             self.clean_start = self.clean_start and clean
             recovery = read_offset_checkpoint(log_dir / RECOVERY_POINT_FILE)
             starts = read_offset_checkpoint(log_dir / LOG_START_FILE)
