@@ -65,7 +65,7 @@ class LogManager:
                 )
                 self._dir_of[tp] = log_dir
             if clean:
-                marker.unlink()
+                marker.unlink(missing_ok=True)
             else:
                 log.warning("%s: no clean-shutdown marker, recovered partition tails", log_dir)
         self.checkpoint()
