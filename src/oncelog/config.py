@@ -79,6 +79,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("fetch.max.bytes", C.INT, "57671680"),
     ConfigDef("replica.fetch.max.bytes", C.INT, "1048576"),
     ConfigDef("group.initial.rebalance.delay.ms", C.INT, "3000"),
+    ConfigDef("producer.id.expiration.ms", C.INT, "86400000"),
+    ConfigDef("producer.id.expiration.check.interval.ms", C.INT, "600000"),
+    ConfigDef(
+        "producer.state.max.entries",
+        C.INT,
+        "1000000",
+        doc="oncelog: cap on (partition, producer) entries; least recently used evicted.",
+    ),
     ConfigDef("offsets.topic.num.partitions", C.INT, "50"),
     ConfigDef("offsets.topic.replication.factor", C.INT, "1"),
     ConfigDef("transaction.state.log.num.partitions", C.INT, "50"),
@@ -175,7 +183,7 @@ class BrokerConfig:
         raw = self.raw.get(name, d.default)
         return None if raw is None else parse_value(d, raw)
 
-    def _int(self, name: str) -> int:
+    def get_int(self, name: str) -> int:
         value = self.get(name)
         assert isinstance(value, int)
         return value
@@ -185,7 +193,7 @@ class BrokerConfig:
 
     @property
     def node_id(self) -> int:
-        return self._int("node.id")
+        return self.get_int("node.id")
 
     @property
     def listener(self) -> Listener:
@@ -215,7 +223,7 @@ class BrokerConfig:
 
     @property
     def num_partitions(self) -> int:
-        return self._int("num.partitions")
+        return self.get_int("num.partitions")
 
     @property
     def auto_create_topics(self) -> bool:
@@ -223,19 +231,19 @@ class BrokerConfig:
 
     @property
     def socket_request_max_bytes(self) -> int:
-        return self._int("socket.request.max.bytes")
+        return self.get_int("socket.request.max.bytes")
 
     @property
     def queued_max_requests(self) -> int:
-        return self._int("queued.max.requests")
+        return self.get_int("queued.max.requests")
 
     @property
     def retention_check_interval_ms(self) -> int:
-        return self._int("log.retention.check.interval.ms")
+        return self.get_int("log.retention.check.interval.ms")
 
     @property
     def flush_scheduler_interval_ms(self) -> int:
-        return self._int("log.flush.scheduler.interval.ms")
+        return self.get_int("log.flush.scheduler.interval.ms")
 
     def topic_defaults(self) -> dict[str, str]:
         """The topic-level defaults this broker gives (topic key -> raw value)."""
@@ -256,18 +264,18 @@ class BrokerConfig:
 
     def _roll_ms(self) -> int:
         if self.is_set("log.roll.ms"):
-            return self._int("log.roll.ms")
-        return self._int("log.roll.hours") * 3_600_000
+            return self.get_int("log.roll.ms")
+        return self.get_int("log.roll.hours") * 3_600_000
 
     def _retention_ms(self) -> int:
         """Kafka's precedence ms > minutes > hours; any negative value means unlimited, -1
         (not e.g. -60000 for minutes=-1)."""
         if self.is_set("log.retention.ms"):
-            ms = self._int("log.retention.ms")
+            ms = self.get_int("log.retention.ms")
         elif self.is_set("log.retention.minutes"):
-            ms = self._int("log.retention.minutes") * 60_000
+            ms = self.get_int("log.retention.minutes") * 60_000
         else:
-            ms = self._int("log.retention.hours") * 3_600_000
+            ms = self.get_int("log.retention.hours") * 3_600_000
         return -1 if ms < 0 else ms
 
     @classmethod

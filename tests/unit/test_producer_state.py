@@ -94,3 +94,19 @@ def test_replay_rebuilds_and_expiry_drops() -> None:
     assert set(mgr.producers) == {1, 2} and mgr.map_end_offset == 2
     assert mgr.remove_expired(now_ms=1500) == 1
     assert set(mgr.producers) == {2}
+
+
+def test_tracker_evicts_the_least_recently_used_producer() -> None:
+    from oncelog.producer_state.tracker import ProducerTracker
+
+    tracker = ProducerTracker(max_entries=2)
+    a = ProducerStateManager(TopicPartition("t", 0), tracker=tracker)
+    b = ProducerStateManager(TopicPartition("t", 1), tracker=tracker)
+    append(a, header(1, 0, 0, 1, 0))
+    append(b, header(2, 0, 0, 1, 0))
+    append(a, header(1, 0, 1, 1, 1))  # producer 1 is now the most recent
+    append(b, header(3, 0, 0, 1, 1))
+    assert set(a.producers) == {1} and set(b.producers) == {3}
+    assert tracker.evicted == 1 and len(tracker) == 2
+    a.remove_expired(now_ms=10**12)
+    assert len(tracker) == 1

@@ -28,8 +28,9 @@ from oncelog.errors import (
 )
 from oncelog.metadata.image import MetadataImage, TopicImage
 from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager
+from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.storage.log_manager import LogManager
-from oncelog.storage.partition_log import AppendInfo, PartitionLog, ReadResult
+from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSettings, ReadResult
 from oncelog.storage.validator import validate_produce_records
 from oncelog.types import TopicPartition
 
@@ -52,7 +53,12 @@ class ReplicaManager:
         self.config = config
         self.clock = clock
         self.metadata = MetadataImage.load_or_create(config.log_dirs[0], config.node_id)
-        self.logs = LogManager(config.log_dirs, clock)
+        self.producer_tracker = ProducerTracker(config.get_int("producer.state.max.entries"))
+        self.logs = LogManager(
+            config.log_dirs,
+            clock,
+            ProducerSettings(config.get_int("producer.id.expiration.ms"), self.producer_tracker),
+        )
         self.producer_ids = ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)
         self._log_configs: dict[str, LogConfig] = {}
         self.append_listener: Callable[[list[TopicPartition]], None] = lambda _: None

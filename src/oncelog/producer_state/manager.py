@@ -17,6 +17,7 @@ from oncelog.fileio import CorruptFileError
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import ProducerAppendInfo
 from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
+from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import BatchHeader
 from oncelog.types import TopicPartition
 
@@ -28,10 +29,14 @@ SNAPSHOTS_KEPT = 3
 
 class ProducerStateManager:
     def __init__(
-        self, tp: TopicPartition, expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+        self,
+        tp: TopicPartition,
+        expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+        tracker: ProducerTracker | None = None,
     ) -> None:
         self.tp = tp
         self.expiration_ms = expiration_ms
+        self.tracker = tracker if tracker is not None else ProducerTracker()
         self.producers: dict[int, ProducerStateEntry] = {}
         self.map_end_offset = 0
         """Offset up to which the state reflects the log (exclusive)."""
@@ -57,6 +62,11 @@ class ProducerStateManager:
     def update(self, info: ProducerAppendInfo) -> None:
         """Apply a staged entry after its batches were appended."""
         self.producers[info.producer_id] = info.entry
+        self.tracker.touch(self, info.producer_id)
+
+    def evict(self, producer_id: int) -> None:
+        """Drop one producer's state (called by the tracker when over its cap)."""
+        self.producers.pop(producer_id, None)
 
     def replay(self, headers: Iterable[BatchHeader]) -> None:
         """Rebuild from stored batches (recovery): apply without validating."""
@@ -76,9 +86,12 @@ class ProducerStateManager:
         ]
         for pid in expired:
             del self.producers[pid]
+            self.tracker.forget(self.tp, pid)
         return len(expired)
 
     def clear(self) -> None:
+        for pid in self.producers:
+            self.tracker.forget(self.tp, pid)
         self.producers.clear()
         self.map_end_offset = 0
 
@@ -108,6 +121,8 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             self.producers = {e.producer_id: e for e in entries}
+            for pid in self.producers:
+                self.tracker.touch(self, pid)
             self.map_end_offset = snap_offset
             return snap_offset
         return None

@@ -67,6 +67,12 @@ class BrokerServer:
             asyncio.create_task(self._every(ROLLED_FLUSH_INTERVAL_S, self._flush)),
             asyncio.create_task(self._every(CHECKPOINT_INTERVAL_S, self._checkpoint)),
             asyncio.create_task(self._every(10.0, self._close_idle)),
+            asyncio.create_task(
+                self._every(
+                    self.config.get_int("producer.id.expiration.check.interval.ms") / 1000,
+                    self._expire_producers,
+                )
+            ),
         ]
         return self.port
 
@@ -118,6 +124,11 @@ class BrokerServer:
     async def _flush(self) -> None:
         await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.flush_rolled)
         self.replicas.logs.flush_by_time()
+
+    async def _expire_producers(self) -> None:
+        removed = self.replicas.logs.remove_expired_producers()
+        if removed:
+            log.info("expired %d producer entries (producer.id.expiration.ms)", removed)
 
     async def _checkpoint(self) -> None:
         self.replicas.logs.checkpoint()

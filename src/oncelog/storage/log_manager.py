@@ -16,7 +16,7 @@ from pathlib import Path
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
-from oncelog.storage.partition_log import PartitionLog
+from oncelog.storage.partition_log import PartitionLog, ProducerSettings
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -28,9 +28,12 @@ _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
 
 class LogManager:
-    def __init__(self, log_dirs: list[Path], clock: Clock) -> None:
+    def __init__(
+        self, log_dirs: list[Path], clock: Clock, producers: ProducerSettings | None = None
+    ) -> None:
         self.log_dirs = log_dirs
         self.clock = clock
+        self.producers = producers or ProducerSettings()
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self.clean_start = True
@@ -62,6 +65,7 @@ class LogManager:
                     clean=clean,
                     recovery_point=recovery.get(tp, 0),
                     log_start_offset=starts.get(tp, 0),
+                    producers=self.producers,
                 )
                 self._dir_of[tp] = log_dir
             if clean:
@@ -78,7 +82,9 @@ class LogManager:
         if existing is not None:
             return existing
         log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
-        plog = PartitionLog.load(log_dir / str(tp), tp, config, self.clock, clean=True)
+        plog = PartitionLog.load(
+            log_dir / str(tp), tp, config, self.clock, clean=True, producers=self.producers
+        )
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir
         return plog
@@ -97,6 +103,11 @@ class LogManager:
         if deleted:
             self.checkpoint()
         return deleted
+
+    def remove_expired_producers(self) -> int:
+        """Drop producer state idle longer than producer.id.expiration.ms."""
+        now = self.clock.wall_ms()
+        return sum(plog.producer_state.remove_expired(now) for _, plog in self.partitions())
 
     def flush_rolled(self) -> None:
         """fsync rolled segments (the slow part, meant for a worker thread)."""

@@ -15,14 +15,18 @@ import contextlib
 import logging
 import os
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import OffsetOutOfRange
 from oncelog.producer_state.append import ProducerAppendInfo
-from oncelog.producer_state.manager import ProducerStateManager
+from oncelog.producer_state.manager import (
+    DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    ProducerStateManager,
+)
+from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import (
     HEADER_SIZE,
     BatchHeader,
@@ -40,6 +44,14 @@ from oncelog.types import TopicPartition
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerSettings:
+    """Broker-level producer-state settings every partition shares."""
+
+    expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS
+    tracker: ProducerTracker = field(default_factory=ProducerTracker)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +73,12 @@ class ReadResult:
 
 class PartitionLog:
     def __init__(
-        self, directory: Path, tp: TopicPartition, config: LogConfig, clock: Clock
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        config: LogConfig,
+        clock: Clock,
+        producers: ProducerSettings | None = None,
     ) -> None:
         self.directory = directory
         self.tp = tp
@@ -74,7 +91,8 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock.monotonic_ms()
         self._rolled_unflushed: list[LogSegment] = []
-        self.producer_state = ProducerStateManager(tp)
+        settings = producers or ProducerSettings()
+        self.producer_state = ProducerStateManager(tp, settings.expiration_ms, settings.tracker)
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -89,11 +107,12 @@ class PartitionLog:
         clean: bool,
         recovery_point: int = 0,
         log_start_offset: int = 0,
+        producers: ProducerSettings | None = None,
     ) -> PartitionLog:
         """Open a partition directory; after an unclean stop, recover what follows the
         recovery point (truncating torn or garbled tails and rebuilding indexes)."""
         directory.mkdir(parents=True, exist_ok=True)
-        plog = cls(directory, tp, config, clock)
+        plog = cls(directory, tp, config, clock, producers)
         for stale in directory.glob("*.tmp"):
             stale.unlink()
         bases = sorted(int(p.name[:-4]) for p in directory.glob("*.log") if p.name[:-4].isdigit())
@@ -452,6 +471,7 @@ class PartitionLog:
             segment.close()
 
     def delete(self) -> None:
+        self.producer_state.clear()
         for segment in self.segments:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)
