@@ -9,16 +9,24 @@ from __future__ import annotations
 
 import datetime
 import io
+import struct
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, fields
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from kio._kio_native import tz_aware_from_i64
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
-from kio.serial._introspect import EntityField, EntityTupleField, classify_field
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    is_optional,
+)
 from kio.static.primitive import i64
 
 from oncelog.protocol.framing import frame
@@ -66,6 +74,7 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
 
 def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
     """Decode a request body; any malformation (including trailing bytes) is a DecodeError."""
+    check_array_counts(cls, buf, offset)
     try:
         entity, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises DecodeError subclasses, ValueError, OverflowError
@@ -136,3 +145,171 @@ def build(cls: type[Any], data: Mapping[str, Any] | Any) -> Any:
             value = ErrorCode(value)
         kwargs[name] = value
     return cls(**kwargs)
+
+
+# -- array counts, checked before kio sees them ------------------------------------------------
+#
+# kio's native reader reserves memory for an array's declared element count before reading
+# any element, so a 5-byte body claiming 2^32 elements makes it allocate 32 GiB and abort the
+# process. This walk mirrors kio's wire layout just far enough to find every array count and
+# refuses any count whose elements could not fit in the bytes that are left; what it does not
+# check (UTF-8, enum values, trailing bytes) kio still does.
+
+_FIXED_SIZES = {
+    "int8": 1,
+    "uint8": 1,
+    "bool": 1,
+    "int16": 2,
+    "uint16": 2,
+    "error_code": 2,
+    "int32": 4,
+    "uint32": 4,
+    "timedelta_i32": 4,
+    "int64": 8,
+    "uint64": 8,
+    "float64": 8,
+    "timedelta_i64": 8,
+    "datetime_i64": 8,
+    "uuid": 16,
+}
+_FIXED, _STRING, _BYTES, _ENTITY, _ARRAY = range(5)
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+
+
+class _Shape(NamedTuple):
+    """Wire shape of one field (or array element): opcode, argument, minimum wire size."""
+
+    op: int
+    arg: Any  # fixed size | None | (entity shape, nullable) | element shape
+    min_size: int
+
+
+class _EntityShape(NamedTuple):
+    flexible: bool
+    fields: tuple[_Shape, ...]
+    tagged: dict[int, _Shape]
+    min_size: int
+
+
+_SHAPES: dict[type[Any], _EntityShape] = {}
+
+
+def _entity_shape(cls: type[Any]) -> _EntityShape:
+    cached = _SHAPES.get(cls)
+    if cached is not None:
+        return cached
+    flexible = bool(cls.__flexible__)
+    plain: list[_Shape] = []
+    tagged: dict[int, _Shape] = {}
+    for f in fields(cls):
+        shape = _field_shape(f, flexible)
+        tag = get_field_tag(f)
+        if tag is None:
+            if plain and shape.op == _FIXED and plain[-1].op == _FIXED:  # one skip for a run
+                size = plain[-1].arg + shape.arg
+                shape = plain.pop()._replace(arg=size, min_size=size)
+            plain.append(shape)
+        else:
+            tagged[int(tag)] = shape
+    min_size = sum(s.min_size for s in plain) + int(flexible)
+    _SHAPES[cls] = _EntityShape(flexible, tuple(plain), tagged, min_size)
+    return _SHAPES[cls]
+
+
+def _field_shape(f: Field[Any], flexible: bool) -> _Shape:
+    kind = classify_field(f)
+    shape: _Shape
+    if isinstance(kind, EntityField | EntityTupleField):
+        nested = _entity_shape(kind.type_)
+        nullable = isinstance(kind, EntityField) and is_optional(f)
+        shape = _Shape(_ENTITY, (nested, nullable), 1 if nullable else nested.min_size)
+    else:
+        kafka_type = str(f.metadata["kafka_type"])
+        if kafka_type in _FIXED_SIZES:
+            shape = _Shape(_FIXED, _FIXED_SIZES[kafka_type], _FIXED_SIZES[kafka_type])
+        elif kafka_type == "string":
+            shape = _Shape(_STRING, None, 1 if flexible else 2)
+        elif kafka_type in ("bytes", "records"):
+            shape = _Shape(_BYTES, None, 1 if flexible else 4)
+        else:
+            raise TypeError(f"no wire shape for kafka_type {kafka_type!r} of {f.name}")
+    if isinstance(kind, EntityTupleField | PrimitiveTupleField):
+        return _Shape(_ARRAY, shape, 1 if flexible else 4)
+    return shape
+
+
+def check_array_counts(cls: type[Any], buf: bytes, offset: int) -> None:
+    """Raise DecodeError if an array in `buf[offset:]` claims more elements than can fit."""
+    try:
+        _walk_entity(_entity_shape(cls), buf, offset, len(buf))
+    except (struct.error, IndexError) as exc:
+        raise DecodeError(f"{cls.__name__} v{cls.__version__} ends early: {exc}") from exc
+
+
+def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+    """Unsigned varint of at most 5 bytes, as kio reads them."""
+    value = 0
+    for shift in range(0, 35, 7):
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+    raise DecodeError("varint longer than 5 bytes")
+
+
+def _walk_entity(shape: _EntityShape, buf: bytes, pos: int, end: int) -> int:
+    for field in shape.fields:
+        pos = _walk(field, shape.flexible, buf, pos, end)
+    if shape.flexible:
+        if buf[pos] == 0:  # no tagged fields, the usual case
+            return pos + 1
+        count, pos = _uvarint(buf, pos)
+        for _ in range(count):  # each field takes >= 2 bytes, so this ends with the buffer
+            tag, pos = _uvarint(buf, pos)
+            size, pos = _uvarint(buf, pos)
+            known = shape.tagged.get(tag)
+            pos = pos + size if known is None else _walk(known, True, buf, pos, end)
+            if pos > end:
+                raise DecodeError("tagged field overruns the request")
+    return pos
+
+
+def _walk(shape: _Shape, flexible: bool, buf: bytes, pos: int, end: int) -> int:
+    op = shape.op
+    if op == _FIXED:
+        pos += shape.arg
+    elif op in (_STRING, _BYTES):
+        if flexible:
+            length, pos = _uvarint(buf, pos)
+            pos += max(length - 1, 0)
+        elif op == _STRING:
+            pos += 2 + max(_I16.unpack_from(buf, pos)[0], 0)
+        else:
+            pos += 4 + max(_I32.unpack_from(buf, pos)[0], 0)
+    elif op == _ENTITY:
+        nested, nullable = shape.arg
+        if nullable:
+            pos += 1
+            if buf[pos - 1] == 0xFF:
+                return pos
+        pos = _walk_entity(nested, buf, pos, end)
+    else:
+        if flexible:
+            count, pos = _uvarint(buf, pos)
+            count -= 1
+        else:
+            (count,) = _I32.unpack_from(buf, pos)
+            pos += 4
+        element: _Shape = shape.arg
+        if count * max(element.min_size, 1) > end - pos:
+            raise DecodeError(f"array of {count} elements in {end - pos} bytes")
+        if element.op == _FIXED:
+            pos += max(count, 0) * element.arg
+        else:
+            for _ in range(count):
+                pos = _walk(element, flexible, buf, pos, end)
+    if pos > end:
+        raise DecodeError(f"field overruns the request by {pos - end} bytes")
+    return pos

@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 from typing import NamedTuple
 
+from kio.serial.errors import SerialError
 from kio.serial.readers import read_unsigned_varint
 
 MAX_CLIENT_ID_BYTES = 32767
@@ -76,9 +77,9 @@ def skip_tagged_fields(buf: bytes, pos: int) -> int:
             pos += size + length
             if pos > len(buf):
                 raise HeaderError("tagged field overruns the request")
-    except (ValueError, IndexError) as exc:
-        if isinstance(exc, HeaderError):
-            raise
+    except HeaderError:
+        raise
+    except (ValueError, IndexError, SerialError) as exc:  # a cut varint is kio's BufferUnderflow
         raise HeaderError(f"bad tagged fields: {exc}") from exc
     return pos
 

@@ -20,14 +20,18 @@ from oncelog.errors import (
 from oncelog.protocol.records.batch import (
     CURRENT_MAGIC,
     HEADER_SIZE,
+    LOG_OVERHEAD,
     MAGIC_OFFSET,
     MIN_BATCH_LENGTH,
     BatchHeader,
     compute_crc,
     parse_header,
+    peek_prefix,
 )
 from oncelog.protocol.records.compression import Codec, DecompressionError, decompress
 from oncelog.protocol.records.record import RecordFormatError, check_records
+
+_MIN_LEGACY_LENGTH = 14  # the smallest magic v0 message after its offset and length
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,20 +64,23 @@ def validate_produce_records(data: bytes, max_message_bytes: int) -> ValidatedRe
 
 
 def _checked_header(data: bytes, pos: int) -> BatchHeader:
+    """Sizes first, as Kafka reads them: only a batch whose length fits is judged by magic."""
     remaining = len(data) - pos
-    if remaining > MAGIC_OFFSET and data[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
-        magic = data[pos + MAGIC_OFFSET]
+    if remaining <= MAGIC_OFFSET:
+        raise CorruptMessage(f"{remaining} trailing bytes are not a record batch")
+    _, batch_length = peek_prefix(data, pos)
+    if batch_length < _MIN_LEGACY_LENGTH or batch_length + LOG_OVERHEAD > remaining:
+        raise CorruptMessage(
+            f"batchLength {batch_length} inconsistent with {remaining} bytes received"
+        )
+    magic = data[pos + MAGIC_OFFSET]
+    if magic != CURRENT_MAGIC:
         if magic < CURRENT_MAGIC:
             raise InvalidRecord(f"record batches must be magic v2, got magic v{magic}")
         raise CorruptMessage(f"unknown record batch magic {magic}")
-    if remaining < HEADER_SIZE:
-        raise CorruptMessage(f"{remaining} trailing bytes are not a record batch")
-    header = parse_header(data, pos)
-    if header.batch_length < MIN_BATCH_LENGTH or header.size > remaining:
-        raise CorruptMessage(
-            f"batchLength {header.batch_length} inconsistent with {remaining} bytes received"
-        )
-    return header
+    if batch_length < MIN_BATCH_LENGTH:
+        raise CorruptMessage(f"batchLength {batch_length} is shorter than a v2 batch header")
+    return parse_header(data, pos)
 
 
 def _check_batch(data: bytes, pos: int, header: BatchHeader) -> None:
