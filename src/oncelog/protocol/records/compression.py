@@ -134,4 +134,39 @@ def _unzstd(data: bytes, limit: int) -> bytes:
             total += len(chunk)
             if total > limit:
                 raise _too_big(limit)
+    _check_zstd_frames(data)
     return b"".join(parts)
+
+
+_ZSTD_MAGIC = 0xFD2FB528
+_ZSTD_DICT_ID_SIZES = (0, 1, 2, 4)
+
+
+def _check_zstd_frames(data: bytes) -> None:
+    """Raise unless `data` is whole zstd frames: the reader returns the partial output of a
+    truncated frame without complaint, where Kafka's (zstd-jni) fails. Walks only frame and
+    block headers (RFC 8878), so it costs per block, not per byte."""
+    pos, end = 0, len(data)
+    while pos < end:
+        if end - pos < 8:
+            raise DecompressionError("truncated zstd frame header")
+        magic = int.from_bytes(data[pos : pos + 4], "little")
+        if magic & 0xFFFFFFF0 == 0x184D2A50:  # skippable frame: magic, size, payload
+            pos += 8 + int.from_bytes(data[pos + 4 : pos + 8], "little")
+            continue
+        if magic != _ZSTD_MAGIC:
+            raise DecompressionError("data after the zstd frames")
+        fhd = data[pos + 4]
+        single_segment = (fhd >> 5) & 1
+        fcs_size = (single_segment, 2, 4, 8)[fhd >> 6]
+        pos += 5 + (1 - single_segment) + _ZSTD_DICT_ID_SIZES[fhd & 3] + fcs_size
+        last = 0
+        while not last:
+            if end - pos < 3:
+                raise DecompressionError("truncated zstd frame")
+            block = int.from_bytes(data[pos : pos + 3], "little")
+            last, kind, size = block & 1, (block >> 1) & 3, block >> 3
+            pos += 3 + (1 if kind == 1 else size)  # an RLE block stores its byte once
+        pos += 4 if fhd & 0x04 else 0  # content checksum
+    if pos != end:
+        raise DecompressionError("truncated zstd frame")
