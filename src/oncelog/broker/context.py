@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from oncelog.broker.metrics import BrokerMetrics
 
 if TYPE_CHECKING:
     from oncelog.broker.replica_manager import ReplicaManager
@@ -26,6 +28,7 @@ class BrokerContext:
     clock: Clock
     replicas: ReplicaManager
     node: Node
+    metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
 
 
 @dataclass(frozen=True, slots=True)

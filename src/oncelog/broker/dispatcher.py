@@ -12,7 +12,7 @@ connection is closed, never the broker.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +33,7 @@ from oncelog.broker.handlers import (
     offset_for_leader_epoch,
     produce,
 )
+from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed
 from oncelog.protocol.codec import (
     DecodeError,
@@ -127,16 +128,20 @@ class Dispatcher:
             return Close("internal error")
         if answer is NO_RESPONSE:
             return NoReply()
-        finish = _finisher(api_key, version, correlation_id)
+        finish = _finisher(api_key, version, correlation_id, self.broker.metrics)
         if isinstance(answer, Delayed):
             return Pending(answer, finish)
         return Reply(finish(answer))
 
 
-def _finisher(api_key: int, version: int, correlation_id: int) -> Callable[[Any], bytes]:
+def _finisher(
+    api_key: int, version: int, correlation_id: int, metrics: BrokerMetrics
+) -> Callable[[Any], bytes]:
     cls = response_class(api_key, version)
 
     def finish(answer: Any) -> bytes:
+        if isinstance(answer, Mapping):
+            metrics.record_response(api_key, answer)
         return encode_response(api_key, correlation_id, build(cls, answer))
 
     return finish

@@ -41,6 +41,8 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 if acks not in (0, 1, -1):
                     raise _invalid_acks(acks)
                 info = replicas.append(tp, pdata.records or b"")
+                if info.duplicate:
+                    ctx.broker.metrics.duplicate_batches += 1
                 entry.update(
                     base_offset=info.base_offset,
                     log_append_time=info.log_append_time,
