@@ -1,0 +1,89 @@
+/* C version of oncelog.protocol.records.record.check_records: walks the records of a v2
+ * batch (length varint, attributes, timestampDelta varlong, offsetDelta varint) to check the
+ * count and the offset deltas without a Python-level loop per record. Same rules and messages
+ * as the Python version, which stays the reference and the fallback. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+
+static int read_varint(const unsigned char *buf, Py_ssize_t *pos, Py_ssize_t limit, int64_t *out)
+{
+    uint64_t result = 0;
+    int shift = 0;
+    while (1) {
+        if (*pos >= limit || shift > 63)
+            return -1;
+        unsigned char byte = buf[(*pos)++];
+        result |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80)
+            break;
+        shift += 7;
+    }
+    *out = (int64_t)(result >> 1) ^ -(int64_t)(result & 1);
+    return 0;
+}
+
+static PyObject *check_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t start, end, count;
+    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &end, &count))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    const char *error = NULL;
+    Py_ssize_t index = 0;
+    int64_t bad = 0;
+    if (start < 0 || end > view.len || start > end) {
+        error = "record region outside the buffer";
+        goto done;
+    }
+    Py_ssize_t pos = start;
+    for (index = 0; index < count; index++) {
+        int64_t length, ts_delta, offset_delta;
+        if (read_varint(buf, &pos, end, &length) < 0) {
+            error = "varint overruns the record or is longer than 10 bytes";
+            goto done;
+        }
+        Py_ssize_t body = pos;
+        if (length < 4 || length > end - body) {
+            error = "overruns";
+            bad = length;
+            goto done;
+        }
+        Py_ssize_t record_end = body + (Py_ssize_t)length;
+        Py_ssize_t p = body + 1;
+        if (read_varint(buf, &p, record_end, &ts_delta) < 0 ||
+            read_varint(buf, &p, record_end, &offset_delta) < 0) {
+            error = "varint overruns the record or is longer than 10 bytes";
+            goto done;
+        }
+        if (offset_delta != index) {
+            error = "delta";
+            bad = offset_delta;
+            goto done;
+        }
+        pos = record_end;
+    }
+    if (pos != end) {
+        error = "trailing";
+        bad = end - pos;
+    }
+done:
+    PyBuffer_Release(&view);
+    if (error == NULL)
+        Py_RETURN_NONE;
+    /* (kind, record index, value): the Python wrapper turns it into RecordFormatError. */
+    return Py_BuildValue("(snL)", error, index, (long long)bad);
+}
+
+static PyMethodDef methods[] = {
+    {"check_records", check_records, METH_VARARGS,
+     "Walk the records of a batch; return None, or (problem, record index, value)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {
+    PyModuleDef_HEAD_INIT, "_speedups", "C helpers for record batches.", -1, methods,
+};
+
+PyMODINIT_FUNC PyInit__speedups(void) { return PyModule_Create(&module); }

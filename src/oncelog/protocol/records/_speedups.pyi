@@ -1,0 +1,3 @@
+def check_records(
+    buf: bytes | bytearray | memoryview, start: int, end: int, count: int, /
+) -> tuple[str, int, int] | None: ...
