@@ -248,3 +248,24 @@ def test_kafka_written_checkpoint_is_read(tmp_path: Path) -> None:
     path = tmp_path / "cp"
     path.write_text("0\n2\n__consumer_offsets 3 42\nmy-topic 0 9\n")
     assert read_offset_checkpoint(path) == {("__consumer_offsets", 3): 42, ("my-topic", 0): 9}
+
+
+def test_recreated_topic_does_not_inherit_a_stray_directory(tmp_path: Path) -> None:
+    # "b.x-y" was deleted from the metadata but the broker stopped before its directory went
+    _populated(tmp_path).shutdown()
+    dirs = [tmp_path / "d1", tmp_path]
+    manager = LogManager(dirs, ManualClock(T0))
+    manager.startup(lambda topic: CONFIG if topic == "a" else None)
+    assert manager.get(B0) is None
+    plog = manager.create(B0, CONFIG)  # a new topic of the same name starts empty
+    assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+    assert plog.directory == dirs[0] / "b.x-y-0"
+    assert not (tmp_path / "b.x-y-0").exists()
+    append(plog, [b"new"])
+    manager.shutdown()
+    manager = LogManager(dirs, ManualClock(T0))
+    manager.startup(_config_for)
+    plog = manager.get(B0)
+    assert plog is not None and plog.log_end_offset == 1
+    assert batch_offsets(read_all(plog)) == [(0, 0)]
+    manager.shutdown()

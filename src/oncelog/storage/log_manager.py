@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -81,6 +82,13 @@ class LogManager:
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
+        # A directory of a partition that startup did not load belongs to a topic that is
+        # no longer in the metadata (e.g. a stop in the middle of its deletion): a new topic
+        # of that name must not inherit its records, nor have two directories next startup.
+        for stray in (d / str(tp) for d in self.log_dirs):
+            if stray.exists():
+                log.warning("deleting stray partition directory %s", stray)
+                shutil.rmtree(stray)
         log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
         plog = PartitionLog.load(
             log_dir / str(tp), tp, config, self.clock, clean=True, producers=self.producers
