@@ -168,3 +168,17 @@ def test_partition_directory_name(tmp_path: Path) -> None:
     plog = PartitionLog.load(tmp_path / str(tp), tp, LogConfig(), ManualClock(T0), clean=True)
     assert plog.directory.name == "my.topic-x-12"
     plog.close()
+
+
+def test_segment_without_timestamps_rolls_by_creation_time(tmp_path: Path) -> None:
+    """Batches without timestamps (-1) still roll after segment.ms, counted from creation."""
+    clock = ManualClock(wall_ms=T0)
+    tp = TopicPartition("t", 0)
+    plog = PartitionLog.load(tmp_path / "t-0", tp, LogConfig(segment_ms=1000), clock, clean=True)
+    append(plog, [b"a"], timestamp=-1)
+    clock.advance(500)
+    append(plog, [b"b"], timestamp=-1)
+    assert len(plog.segments) == 1
+    clock.advance(600)
+    append(plog, [b"c"], timestamp=-1)
+    assert [s.base_offset for s in plog.segments] == [0, 2]

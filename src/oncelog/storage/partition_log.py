@@ -152,6 +152,7 @@ class PartitionLog:
         return segment
 
     def _add_segment(self, segment: LogSegment) -> None:
+        segment.created_ms = self.clock.wall_ms()
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
 
@@ -277,7 +278,8 @@ class PartitionLog:
             return
         last_delta = sum(h.last_offset_delta + 1 for _, h in records.batches) if records else 0
         too_big = seg.size + size > self.config.segment_bytes
-        rolling_ts = seg.first_batch_timestamp
+        # Kafka's rule: the first batch's timestamp, or when the segment was created.
+        rolling_ts = seg.first_batch_timestamp if seg.first_batch_timestamp >= 0 else seg.created_ms
         now = self.clock.wall_ms()
         too_old = rolling_ts >= 0 and max(now, max_timestamp) - rolling_ts > self.config.segment_ms
         index_full = (seg.index.entries + 1) * 8 > self.config.segment_index_bytes

@@ -52,6 +52,7 @@ class LogSegment:
         self.next_offset = base_offset
         self.max_timestamp = -1
         self.first_batch_timestamp = -1
+        self.created_ms = -1  # set by the owning log; time roll falls back to it
         self._bytes_since_index = 0
         self._fd = -1
 
