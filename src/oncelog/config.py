@@ -84,7 +84,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef(
         "producer.state.max.entries",
         C.INT,
-        "1000000",
+        "500000",
         doc="oncelog: cap on (partition, producer) entries; least recently used evicted.",
     ),
     ConfigDef("offsets.topic.num.partitions", C.INT, "50"),

@@ -18,7 +18,7 @@ from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_ENTRIES = 1_000_000
+DEFAULT_MAX_ENTRIES = 500_000
 
 
 class _Evictable(Protocol):
