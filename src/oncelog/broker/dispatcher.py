@@ -36,6 +36,7 @@ from oncelog.broker.handlers import (
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed
 from oncelog.protocol.codec import (
+    Buffer,
     DecodeError,
     build,
     decode_request,
@@ -69,7 +70,7 @@ HANDLERS: dict[ApiKey, Handler] = {
 
 @dataclass(frozen=True, slots=True)
 class Reply:
-    data: bytes
+    data: list[Buffer]
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +88,7 @@ class Pending:
     """Wait for `delayed` in the purgatory, then frame its response with `finish`."""
 
     delayed: Delayed
-    finish: Callable[[Any], bytes]
+    finish: Callable[[Any], list[Buffer]]
 
 
 Outcome = Reply | NoReply | Close | Pending
@@ -136,10 +137,10 @@ class Dispatcher:
 
 def _finisher(
     api_key: int, version: int, correlation_id: int, metrics: BrokerMetrics
-) -> Callable[[Any], bytes]:
+) -> Callable[[Any], list[Buffer]]:
     cls = response_class(api_key, version)
 
-    def finish(answer: Any) -> bytes:
+    def finish(answer: Any) -> list[Buffer]:
         if isinstance(answer, Mapping):
             metrics.record_response(api_key, answer)
         return encode_response(api_key, correlation_id, build(cls, answer))

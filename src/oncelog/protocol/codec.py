@@ -29,7 +29,6 @@ from kio.serial._introspect import (
 )
 from kio.static.primitive import i64
 
-from oncelog.protocol.framing import frame
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
 
 _Plan = tuple[tuple[str, str, type[Any] | None, bool, object], ...]
@@ -92,10 +91,55 @@ def encode_entity(entity: Any) -> bytes:
     return out.getvalue()
 
 
-def encode_response(api_key: int, correlation_id: int, entity: Any) -> bytes:
-    """Frame a response: length, header (v0 for ApiVersions, else by flexibility), body."""
+Buffer = bytes | bytearray | memoryview
+
+_LARGE_WRITE = 8192
+
+
+class _Chunks:
+    """A kio `Writable` that keeps large writes (stored record batches) by reference.
+
+    Small fields are gathered into one bytearray; a large value becomes its own chunk, so a
+    Fetch response carries its record bytes to the socket without being copied again.
+    """
+
+    __slots__ = ("_small", "parts", "size")
+
+    def __init__(self, first: bytes) -> None:
+        self.parts: list[Buffer] = []
+        self._small = bytearray(first)
+        self.size = len(first)
+
+    def write(self, data: Buffer) -> int:
+        n = len(data)
+        if n >= _LARGE_WRITE:
+            if self._small:
+                self.parts.append(self._small)
+                self._small = bytearray()
+            self.parts.append(data)
+        else:
+            self._small += data
+        self.size += n
+        return n
+
+    def finish(self) -> list[Buffer]:
+        if self._small:
+            self.parts.append(self._small)
+        return self.parts
+
+
+def encode_response(api_key: int, correlation_id: int, entity: Any) -> list[Buffer]:
+    """Frame a response as a list of buffers for one vectored write: length, header (v0 for
+    ApiVersions, else by flexibility), body."""
     flexible = bool(entity.__flexible__) and api_key != API_VERSIONS_KEY
-    return frame(response_header(correlation_id, flexible) + encode_entity(entity))
+    header = response_header(correlation_id, flexible)
+    out = _Chunks(b"\0\0\0\0" + header)
+    _writer(type(entity))(out, entity)  # type: ignore[arg-type]
+    parts = out.finish()
+    first = parts[0]
+    assert isinstance(first, bytearray)
+    struct.pack_into(">i", first, 0, out.size - 4)
+    return parts
 
 
 def _plan(cls: type[Any]) -> _Plan:

@@ -17,6 +17,7 @@ from typing import Any, cast
 
 from oncelog.broker.dispatcher import Close, Dispatcher, NoReply, Pending, Reply
 from oncelog.broker.purgatory import Delayed
+from oncelog.protocol.codec import Buffer
 from oncelog.protocol.framing import FrameDecoder, FrameError
 
 log = logging.getLogger(__name__)
@@ -84,17 +85,22 @@ class Connection(asyncio.Protocol):
     # -- request processing ------------------------------------------------------------------
 
     def _drain_queue(self) -> None:
+        """Answer queued requests in order; the replies of one pass go out in one write."""
+        out: list[Buffer] = []
         while self._queue and self._waiting is None and not self.closed and not self._write_paused:
             frame = self._queue.popleft()
             outcome = self._dispatcher.dispatch(frame, self.id)
             if isinstance(outcome, Reply):
-                self._send(outcome.data)
+                out.extend(outcome.data)
             elif isinstance(outcome, Pending):
                 self._wait_for(outcome)
             elif isinstance(outcome, Close):
+                self._send(out)
+                out = []
                 self.close(outcome.reason)
             else:
                 assert isinstance(outcome, NoReply)
+        self._send(out)
         self._update_reading()
 
     def _wait_for(self, pending: Pending) -> None:
@@ -112,9 +118,9 @@ class Connection(asyncio.Protocol):
         self._waiting = delayed
         self._on_pending(delayed)
 
-    def _send(self, data: bytes) -> None:
-        if self._transport is not None and not self.closed:
-            self._transport.write(data)
+    def _send(self, parts: list[Buffer]) -> None:
+        if parts and self._transport is not None and not self.closed:
+            self._transport.writelines(parts)
 
     def _update_reading(self) -> None:
         if self._transport is None or self.closed:

@@ -65,7 +65,7 @@ class AppendInfo:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes
+    records: bytes | memoryview
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -340,7 +340,7 @@ class PartitionLog:
                 f"{self.tp}: offset {offset} outside [{self.log_start_offset}, "
                 f"{self.log_end_offset}]"
             )
-        data = b""
+        data: bytes | memoryview = b""
         if offset < bound:
             i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
             while i < len(self.segments) and not data:
@@ -486,7 +486,7 @@ def _segment_may_hold(base: int, bases: list[int], recovery_point: int) -> bool:
     return next_base is None or next_base > recovery_point
 
 
-def _cut_at(data: bytes, bound: int) -> bytes:
+def _cut_at(data: bytes | memoryview, bound: int) -> bytes | memoryview:
     """Keep whole batches whose base offset is below `bound`."""
     if not data:
         return data
@@ -495,7 +495,7 @@ def _cut_at(data: bytes, bound: int) -> bytes:
         if header.base_offset >= bound:
             break
         end = pos + header.size
-    return data[:end] if end != len(data) else data
+    return memoryview(data)[:end] if end != len(data) else data
 
 
 def directory_size(path: Path) -> int:

@@ -204,9 +204,9 @@ class LogSegment:
             pos += header.size
         return None
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes:
+    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes | memoryview:
         """Whole batches from the one containing `offset`, up to `max_bytes`; with `min_one`
-        at least the first batch whatever its size."""
+        at least the first batch whatever its size. A view, not a copy, when cut short."""
         start = self.position_of(offset)
         end = self.size
         if start is None or start >= end or (max_bytes <= 0 and not min_one):
@@ -220,7 +220,7 @@ class LogSegment:
                 return b""
             first = parse_header(data, 0)
             return os.pread(self._fd, min(first.size, end - start), start)
-        return data[:cut]
+        return data if cut == len(data) else memoryview(data)[:cut]
 
     def headers_from(self, offset: int) -> list[tuple[int, BatchHeader]]:
         """(position, header) of each batch from the one holding `offset` to the end."""
