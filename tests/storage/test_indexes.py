@@ -97,7 +97,7 @@ def _segment_with(tmp_path: Path, batches: list[bytes], interval: int) -> LogSeg
         data = bytearray(batch)
         data[:8] = offset.to_bytes(8, "big")
         headers = list(iter_batches(data))
-        segment.append(data, headers)
+        segment.append([data], headers)
         offset = headers[-1][1].next_offset
     return segment
 

@@ -18,39 +18,56 @@ class FrameError(Exception):
 
 
 class FrameDecoder:
+    """Frames are gathered as views of the received chunks and joined once when complete,
+    so a large request costs one copy, not one per chunk received."""
+
     def __init__(self, max_frame_bytes: int) -> None:
         self._max = max_frame_bytes
-        self._buf = bytearray()
+        self._prefix = bytearray()
+        self._parts: list[memoryview] = []
+        self._have = 0
         self._need = -1  # length of the frame being received, -1 while reading the prefix
 
     @property
     def buffered(self) -> int:
-        return len(self._buf)
+        return len(self._prefix) + self._have
 
     @property
     def in_frame(self) -> bool:
         """True while part of a frame (or its length prefix) has been received."""
-        return bool(self._buf) or self._need >= 0
+        return bool(self._prefix) or self._need >= 0
 
     def feed(self, data: bytes) -> list[bytes]:
-        self._buf += data
         frames: list[bytes] = []
+        view = memoryview(data)
+        pos, end = 0, len(data)
         while True:
             if self._need < 0:
-                if len(self._buf) < 4:
+                take = min(4 - len(self._prefix), end - pos)
+                self._prefix += view[pos : pos + take]
+                pos += take
+                if len(self._prefix) < 4:
                     return frames
-                (size,) = _LEN.unpack_from(self._buf, 0)
+                (size,) = _LEN.unpack(self._prefix)
                 if size < 0 or size > self._max:
                     raise FrameError(
                         f"frame size {size} outside 0..{self._max} (socket.request.max.bytes)"
                     )
-                del self._buf[:4]
+                self._prefix.clear()
                 self._need = size
-            if len(self._buf) < self._need:
+            take = min(self._need - self._have, end - pos)
+            if take:
+                self._parts.append(view[pos : pos + take])
+                self._have += take
+                pos += take
+            if self._have < self._need:
                 return frames
-            frames.append(bytes(self._buf[: self._need]))
-            del self._buf[: self._need]
+            parts, self._parts = self._parts, []
+            frames.append(parts[0].tobytes() if len(parts) == 1 else b"".join(parts))
+            self._have = 0
             self._need = -1
+            if pos == end:
+                return frames
 
 
 def frame(payload: bytes | bytearray) -> bytes:

@@ -190,7 +190,8 @@ class PartitionLog:
             return duplicate
         first_ts = records.batches[0][1].max_timestamp
         self._maybe_roll(len(records.data), first_ts, records)
-        data = bytearray(records.data)
+        source = memoryview(records.data)
+        pieces: list[bytes | bytearray | memoryview] = []
         next_offset = self.log_end_offset
         base_offset = next_offset
         append_time = -1
@@ -198,11 +199,19 @@ class PartitionLog:
             append_time = self.clock.wall_ms()
         assigned: list[tuple[int, BatchHeader]] = []
         staged: dict[int, ProducerAppendInfo] = {}
+        written = 0
         for pos, header in records.batches:
-            rewrite_offsets(data, pos, next_offset, leader_epoch)
+            # Only the header changes: it is copied and patched, the records go out as views.
+            head = bytearray(source[pos : pos + HEADER_SIZE])
+            rewrite_offsets(head, 0, next_offset, leader_epoch)
+            body = source[pos + HEADER_SIZE : pos + header.size]
             if append_time >= 0:
-                set_log_append_time(data, pos, header.size, append_time)
-            stored = parse_header(data, pos)
+                head += body
+                set_log_append_time(head, 0, header.size, append_time)
+                pieces.append(head)
+            else:
+                pieces += (head, body)
+            stored = parse_header(head, 0)
             if stored.has_producer_id:
                 info = staged.get(stored.producer_id)
                 if info is None:
@@ -210,9 +219,10 @@ class PartitionLog:
                         stored.producer_id
                     )
                 info.append(stored)
-            assigned.append((pos, stored))
+            assigned.append((written, stored))
+            written += header.size
             next_offset += header.last_offset_delta + 1
-        self.active.append(data, assigned)
+        self.active.append(pieces, assigned)
         for info in staged.values():
             self.producer_state.update(info)
         self.producer_state.map_end_offset = next_offset
@@ -270,7 +280,7 @@ class PartitionLog:
         batches = list(iter_batches(data))
         if batches:
             self._maybe_roll(len(data), batches[0][1].max_timestamp, None)
-            self.active.append(data, batches)
+            self.active.append([data], batches)
 
     def _maybe_roll(self, size: int, max_timestamp: int, records: ValidatedRecords | None) -> None:
         seg = self.active

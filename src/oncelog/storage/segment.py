@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.time_index import TimeIndex
 
 _SCAN_CHUNK = 1 << 20
+_IOV_MAX = 1024
 
 
 def segment_name(base_offset: int) -> str:
@@ -152,13 +154,28 @@ class LogSegment:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def append(self, data: bytes | bytearray, headers: list[tuple[int, BatchHeader]]) -> None:
-        """Append already offset-assigned batches; `headers` are (relative position, header)."""
+    def append(
+        self,
+        pieces: Sequence[bytes | bytearray | memoryview],
+        headers: list[tuple[int, BatchHeader]],
+    ) -> None:
+        """Append offset-assigned batches given as buffers, in one vectored write.
+
+        `headers` are (position relative to the first piece, header). A failed or short write
+        is cut off again, so the log never keeps part of an append.
+        """
         start = self.size
-        written = os.write(self._fd, data)
-        if written != len(data):
-            raise OSError(f"short write to {self.log_path}: {written} of {len(data)} bytes")
-        self.size += len(data)
+        total = sum(len(p) for p in pieces)
+        try:
+            written = 0
+            for i in range(0, len(pieces), _IOV_MAX):
+                written += os.writev(self._fd, pieces[i : i + _IOV_MAX])
+            if written != total:
+                raise OSError(f"short write to {self.log_path}: {written} of {total} bytes")
+        except OSError:
+            os.ftruncate(self._fd, start)
+            raise
+        self.size += total
         for rel, header in headers:
             self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
             self._maybe_index(header, start + rel)
