@@ -79,6 +79,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("fetch.max.bytes", C.INT, "57671680"),
     ConfigDef("replica.fetch.max.bytes", C.INT, "1048576"),
     ConfigDef("group.initial.rebalance.delay.ms", C.INT, "3000"),
+    ConfigDef("group.min.session.timeout.ms", C.INT, "6000"),
+    ConfigDef("group.max.session.timeout.ms", C.INT, "1800000"),
+    ConfigDef("offset.metadata.max.bytes", C.INT, "4096"),
     ConfigDef("producer.id.expiration.ms", C.INT, "86400000"),
     ConfigDef("producer.id.expiration.check.interval.ms", C.INT, "600000"),
     ConfigDef(

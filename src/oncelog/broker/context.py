@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.broker.metrics import BrokerMetrics
 
 if TYPE_CHECKING:
+    from oncelog.broker.group_runtime import GroupRuntime
     from oncelog.broker.replica_manager import ReplicaManager
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
@@ -28,6 +29,7 @@ class BrokerContext:
     clock: Clock
     replicas: ReplicaManager
     node: Node
+    groups: GroupRuntime
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
 
 
@@ -39,6 +41,7 @@ class RequestContext:
     client_id: str | None
     connection_id: str
     broker: BrokerContext
+    client_host: str = ""
 
     def response_class(self) -> type[Any]:
         from oncelog.protocol.codec import response_class

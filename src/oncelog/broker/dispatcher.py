@@ -22,16 +22,25 @@ from oncelog.broker.handlers import (
     CloseConnection,
     api_versions,
     create_topics,
+    delete_groups,
     delete_records,
     delete_topics,
     describe_configs,
+    describe_groups,
     fetch,
     find_coordinator,
+    heartbeat,
     init_producer_id,
+    join_group,
+    leave_group,
+    list_groups,
     list_offsets,
     metadata,
+    offset_commit,
+    offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sync_group,
 )
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed
@@ -65,6 +74,15 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
     ApiKey.OFFSET_FOR_LEADER_EPOCH: offset_for_leader_epoch.handle,
     ApiKey.DESCRIBE_CONFIGS: describe_configs.handle,
+    ApiKey.OFFSET_COMMIT: offset_commit.handle,
+    ApiKey.OFFSET_FETCH: offset_fetch.handle,
+    ApiKey.JOIN_GROUP: join_group.handle,
+    ApiKey.HEARTBEAT: heartbeat.handle,
+    ApiKey.LEAVE_GROUP: leave_group.handle,
+    ApiKey.SYNC_GROUP: sync_group.handle,
+    ApiKey.DESCRIBE_GROUPS: describe_groups.handle,
+    ApiKey.LIST_GROUPS: list_groups.handle,
+    ApiKey.DELETE_GROUPS: delete_groups.handle,
 }
 
 
@@ -98,7 +116,7 @@ class Dispatcher:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
-    def dispatch(self, frame: bytes, connection_id: str) -> Outcome:
+    def dispatch(self, frame: bytes, connection_id: str, client_host: str = "") -> Outcome:
         try:
             api_key, version, correlation_id = peek_ids(frame)
         except HeaderError as exc:
@@ -118,7 +136,13 @@ class Dispatcher:
         except (HeaderError, DecodeError) as exc:
             return Close(f"malformed request (api key {api_key} v{version}): {exc}")
         ctx = RequestContext(
-            api_key, version, correlation_id, header.client_id, connection_id, self.broker
+            api_key,
+            version,
+            correlation_id,
+            header.client_id,
+            connection_id,
+            self.broker,
+            client_host,
         )
         try:
             answer = HANDLERS[ApiKey(api_key)](ctx, request)

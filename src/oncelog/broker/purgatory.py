@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-from oncelog.types import TopicPartition
 
 
 @dataclass(eq=False)
@@ -25,14 +23,14 @@ class Delayed:
 
     try_complete: Callable[[bool], Any | None]
     deadline_ms: int
-    keys: tuple[TopicPartition, ...]
+    keys: tuple[Hashable, ...]
     on_done: Callable[[Any], None] | None = None
     done: bool = field(default=False, init=False)
 
 
 class Purgatory:
     def __init__(self) -> None:
-        self._watchers: dict[TopicPartition, set[Delayed]] = {}
+        self._watchers: dict[Hashable, set[Delayed]] = {}
         self._deadlines: list[tuple[int, int, Delayed]] = []
         self._seq = itertools.count()
 
@@ -44,8 +42,9 @@ class Purgatory:
             self._watchers.setdefault(key, set()).add(op)
         heapq.heappush(self._deadlines, (op.deadline_ms, next(self._seq), op))
 
-    def on_append(self, keys: Iterable[TopicPartition]) -> list[tuple[Delayed, Any]]:
-        """Try to complete operations watching any of `keys`; return those that completed."""
+    def on_append(self, keys: Iterable[Hashable]) -> list[tuple[Delayed, Any]]:
+        """Try to complete operations watching any of `keys` (partitions that grew, or other
+        keys such as a group whose waiters were filled); return those that completed."""
         out: list[tuple[Delayed, Any]] = []
         for key in keys:
             for op in list(self._watchers.get(key, ())):

@@ -114,9 +114,9 @@ class ReplicaManager:
             )
         return partitions, validate_topic_configs(spec.configs)
 
-    def create_topic(self, spec: TopicSpec) -> TopicImage:
+    def create_topic(self, spec: TopicSpec, *, internal: bool = False) -> TopicImage:
         partitions, configs = self.validate_topic(spec)
-        image = TopicImage(spec.name, uuid.uuid4(), partitions, configs)
+        image = TopicImage(spec.name, uuid.uuid4(), partitions, configs, internal)
         self.metadata.add_topic(image)
         config = self._log_config(spec.name)
         assert config is not None

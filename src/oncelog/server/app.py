@@ -12,16 +12,16 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 
 from oncelog.broker.context import BrokerContext, Node
 from oncelog.broker.dispatcher import Dispatcher
+from oncelog.broker.group_runtime import GroupRuntime
 from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.server.connection import Connection
-from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,11 @@ class BrokerServer:
         self.replicas = ReplicaManager(config, self.clock)
         self.purgatory = Purgatory()
         self.replicas.append_listener = self._on_append
+        self.groups = GroupRuntime(config, self.clock, self.replicas)
+        self.groups.wake = self._on_append
+        self.groups.timers_changed = self._schedule_group_timer
+        self._group_timer: asyncio.TimerHandle | None = None
+        self._group_timer_at = 0
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -48,6 +53,7 @@ class BrokerServer:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.replicas.startup)
+        await loop.run_in_executor(None, self.groups.startup)
         listener = self.config.listener
         self._server = await loop.create_server(
             self._new_connection, listener.host, listener.port, reuse_address=True, backlog=1024
@@ -59,7 +65,10 @@ class BrokerServer:
         if host in ("0.0.0.0", "", "::"):
             host = "127.0.0.1"
         node = Node(self.config.node_id, host, port)
-        self.dispatcher = Dispatcher(BrokerContext(self.config, self.clock, self.replicas, node))
+        self.dispatcher = Dispatcher(
+            BrokerContext(self.config, self.clock, self.replicas, node, self.groups)
+        )
+        self._schedule_group_timer()
         self._tasks = [
             asyncio.create_task(
                 self._every(self.config.retention_check_interval_ms / 1000, self._retention)
@@ -101,10 +110,33 @@ class BrokerServer:
             if op.on_done is not None:
                 op.on_done(response)
 
-    def _on_append(self, tps: list[TopicPartition]) -> None:
-        for op, response in self.purgatory.on_append(tps):
+    def _on_append(self, keys: Sequence[Hashable]) -> None:
+        for op, response in self.purgatory.on_append(keys):
             if op.on_done is not None:
                 op.on_done(response)
+
+    # -- group coordinator timers ------------------------------------------------------------
+
+    def _schedule_group_timer(self) -> None:
+        """Arm one timer for the coordinator's next deadline (sooner ones replace it)."""
+        deadline = self.groups.coordinator.next_deadline()
+        if deadline is None:
+            return
+        if self._group_timer is not None:
+            if self._group_timer_at <= deadline:
+                return
+            self._group_timer.cancel()
+        delay = max(0.0, (deadline - self.clock.monotonic_ms()) / 1000)
+        self._group_timer_at = deadline
+        self._group_timer = asyncio.get_running_loop().call_later(delay, self._group_tick)
+
+    def _group_tick(self) -> None:
+        self._group_timer = None
+        try:
+            self.groups.tick()
+        except Exception:
+            log.exception("group coordinator timers failed")
+        self._schedule_group_timer()
 
     # -- housekeeping ------------------------------------------------------------------------
 
@@ -158,6 +190,8 @@ class BrokerServer:
             self._server.close()
         for task in self._tasks:
             task.cancel()
+        if self._group_timer is not None:
+            self._group_timer.cancel()
         for conn in list(self.connections):
             conn.abort()
         self.replicas.shutdown()

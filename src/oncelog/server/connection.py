@@ -48,6 +48,7 @@ class Connection(asyncio.Protocol):
         self._read_paused = False
         self._write_paused = False
         self.peer = "?"
+        self.client_host = ""
         self.last_active_ms = now_ms()
         self.closed = False
 
@@ -57,6 +58,7 @@ class Connection(asyncio.Protocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.client_host = f"/{peer[0]}" if peer else ""
 
     def data_received(self, data: bytes) -> None:
         self.last_active_ms = self._now_ms()
@@ -89,7 +91,7 @@ class Connection(asyncio.Protocol):
         out: list[Buffer] = []
         while self._queue and self._waiting is None and not self.closed and not self._write_paused:
             frame = self._queue.popleft()
-            outcome = self._dispatcher.dispatch(frame, self.id)
+            outcome = self._dispatcher.dispatch(frame, self.id, self.client_host)
             if isinstance(outcome, Reply):
                 out.extend(outcome.data)
             elif isinstance(outcome, Pending):

@@ -1,0 +1,172 @@
+"""Runs the sans-IO group coordinator inside the broker.
+
+It owns the `__consumer_offsets` topic (created internal at startup, replayed to rebuild
+groups and offsets), appends the records each coordinator operation returns through the
+ordinary partition log before replaying them, and turns `Waiter`s into purgatory `Delayed`s
+that wake when the coordinator fills them. The server runs `tick` at `next_deadline`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+from dataclasses import replace
+from typing import Any
+
+from oncelog.broker.purgatory import Delayed
+from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
+from oncelog.clock import Clock
+from oncelog.config import BrokerConfig
+from oncelog.coordinator.group import GroupCoordinator, GroupSettings, Result, Waiter
+from oncelog.coordinator.group.records import GroupRecord, decode_batches, encode_batch
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+OFFSETS_TOPIC = "__consumer_offsets"
+#: Kafka compacts this topic; we do not compact yet, so nothing may expire by time either.
+OFFSETS_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "segment.bytes": "104857600",
+}
+READ_CHUNK = 1 << 20
+
+
+def group_key(group_id: str) -> Hashable:
+    """The purgatory key that waiters of one group watch."""
+    return ("group", group_id)
+
+
+class GroupRuntime:
+    def __init__(self, config: BrokerConfig, clock: Clock, replicas: ReplicaManager) -> None:
+        self.clock = clock
+        self.replicas = replicas
+        settings = GroupSettings(
+            partitions=config.get_int("offsets.topic.num.partitions"),
+            initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
+            min_session_timeout_ms=config.get_int("group.min.session.timeout.ms"),
+            max_session_timeout_ms=config.get_int("group.max.session.timeout.ms"),
+            max_metadata_bytes=config.get_int("offset.metadata.max.bytes"),
+        )
+        self.coordinator = GroupCoordinator(settings, clock)
+        #: Set by the server: complete purgatory operations watching these keys.
+        self.wake: Callable[[list[Hashable]], None] = lambda keys: None
+        #: Set by the server: the coordinator's next deadline may have moved earlier.
+        self.timers_changed: Callable[[], None] = lambda: None
+
+    # -- startup -----------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Create `__consumer_offsets` if needed, then replay every partition of it."""
+        partitions = self.coordinator.settings.partitions
+        topic = self.replicas.topic(OFFSETS_TOPIC)
+        if topic is None:
+            spec = TopicSpec(OFFSETS_TOPIC, partitions, 1, OFFSETS_TOPIC_CONFIGS)
+            topic = self.replicas.create_topic(spec, internal=True)
+        elif topic.partitions != partitions:
+            log.warning(
+                "%s has %d partitions, offsets.topic.num.partitions is %d; using %d",
+                OFFSETS_TOPIC,
+                topic.partitions,
+                partitions,
+                topic.partitions,
+            )
+            self.coordinator.settings = replace(
+                self.coordinator.settings, partitions=topic.partitions
+            )
+        count = 0
+        for p in range(topic.partitions):
+            count += self._load(TopicPartition(OFFSETS_TOPIC, p))
+        if count:
+            log.info(
+                "loaded %d groups from %d records of %s",
+                len(self.coordinator.groups),
+                count,
+                OFFSETS_TOPIC,
+            )
+
+    def _load(self, tp: TopicPartition) -> int:
+        plog = self.replicas.partition(tp)
+        offset = plog.log_start_offset
+        count = 0
+        while offset < plog.high_watermark:
+            data = plog.read(offset, READ_CHUNK).records
+            if not data:
+                break
+            records, next_offset = decode_batches(data)
+            if next_offset <= offset:
+                log.error("%s: cannot decode the batch at offset %d; stop loading", tp, offset)
+                break
+            offset = next_offset
+            for record in records:
+                self.coordinator.replay(record)
+            count += len(records)
+        self.coordinator.take_woken()
+        return count
+
+    # -- operations --------------------------------------------------------------------------
+
+    def complete(self, result: Result) -> Any:
+        """Persist the records of `result`, replay them, and return its response (or the
+        failure response if the append failed)."""
+        response = result.response
+        if result.records:
+            try:
+                self._persist(result.records)
+            except KafkaError as exc:
+                log.warning("cannot store group records: %s", exc)
+                code = ErrorCode.coordinator_not_available
+                response = result.fail(code) if result.fail is not None else response
+        self.after_operation()
+        return response
+
+    def respond(
+        self, result: Result, group_id: str, wait_ms: int, shape: Callable[[Any], Any]
+    ) -> Any:
+        """`complete` and shape the reply; a Waiter not yet filled becomes a Delayed."""
+        response = self.complete(result)
+        if not isinstance(response, Waiter):
+            return shape(response)
+        waiter = response
+        if waiter.result is not None:
+            return shape(waiter.result)
+
+        def attempt(force: bool) -> Any:
+            if waiter.result is not None:
+                return shape(waiter.result)
+            return shape(waiter.fallback) if force else None
+
+        deadline = self.clock.monotonic_ms() + wait_ms
+        return Delayed(attempt, deadline, (group_key(group_id),))
+
+    def tick(self) -> None:
+        records = self.coordinator.tick()
+        if records:
+            try:
+                self._persist(records)
+            except KafkaError as exc:
+                log.warning("cannot store group records: %s", exc)
+        self.after_operation()
+
+    def after_operation(self) -> None:
+        woken = self.coordinator.take_woken()
+        if woken:
+            self.wake([group_key(g) for g in woken])
+        self.timers_changed()
+
+    def _persist(self, records: list[GroupRecord]) -> None:
+        by_partition: dict[int, list[GroupRecord]] = {}
+        for record in records:
+            p = self.coordinator.partition_for(record.key.group_id)
+            by_partition.setdefault(p, []).append(record)
+        now = self.clock.wall_ms()
+        appended = []
+        for p, batch in by_partition.items():
+            tp = TopicPartition(OFFSETS_TOPIC, p)
+            self.replicas.append(tp, encode_batch(batch, now))
+            appended.append(tp)
+            for record in batch:
+                self.coordinator.replay(record)
+        self.replicas.notify_appended(appended)

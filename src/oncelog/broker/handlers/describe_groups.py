@@ -1,0 +1,50 @@
+"""DescribeGroups (15): state, protocol and members (with assignments) of groups.
+
+An unknown group is described as Dead with no error, as Kafka does.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.coordinator.group.state import GroupState
+from oncelog.errors import ErrorCode
+
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coordinator = ctx.broker.groups.coordinator
+    described = []
+    for group_id in request.groups:
+        group = coordinator.describe(group_id)
+        entry: dict[str, Any] = {
+            "error_code": ErrorCode.none,
+            "group_id": group_id,
+            "group_state": GroupState.DEAD.value,
+            "protocol_type": "",
+            "protocol_data": "",
+            "members": [],
+            "authorized_operations": OPERATIONS_NOT_REQUESTED,
+        }
+        if group is not None:
+            stable = group.state is GroupState.STABLE
+            entry.update(
+                group_state=group.state.value,
+                protocol_type=group.protocol_type or "",
+                protocol_data=(group.protocol_name or "") if stable else "",
+                members=[
+                    {
+                        "member_id": m.member_id,
+                        "group_instance_id": m.group_instance_id,
+                        "client_id": m.client_id,
+                        "client_host": m.client_host,
+                        "member_metadata": m.metadata_for(group.protocol_name) if stable else b"",
+                        "member_assignment": m.assignment if stable else b"",
+                    }
+                    for m in group.members.values()
+                ],
+            )
+        described.append(entry)
+    return {"throttle_time": 0, "groups": described}

@@ -1,0 +1,31 @@
+"""ListGroups (16): the groups this coordinator knows, with state (v4+) and type (v5+)
+filters."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.errors import ErrorCode
+
+CLASSIC = "classic"
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    states = {s.lower() for s in getattr(request, "states_filter", ())}
+    types = {t.lower() for t in getattr(request, "types_filter", ())}
+    groups = []
+    for group in ctx.broker.groups.coordinator.list_groups():
+        if states and group.state.value.lower() not in states:
+            continue
+        if types and CLASSIC not in types:
+            continue
+        groups.append(
+            {
+                "group_id": group.group_id,
+                "protocol_type": group.protocol_type or "",
+                "group_state": group.state.value,
+                "group_type": CLASSIC,
+            }
+        )
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "groups": groups}

@@ -1,0 +1,52 @@
+"""OffsetCommit (8): store a group's consumed positions in `__consumer_offsets`.
+
+Members of a managed group are fenced by generation and member id (ILLEGAL_GENERATION,
+UNKNOWN_MEMBER_ID, FENCED_INSTANCE_ID); consumers without group management commit with
+generation -1 to a group that has no members.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.coordinator.group.records import OffsetValue
+from oncelog.errors import ErrorCode
+from oncelog.types import TopicPartition
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    runtime = ctx.broker.groups
+    replicas = ctx.broker.replicas
+    now = ctx.broker.clock.wall_ms()
+    errors: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetValue] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topics:
+        image = replicas.topic(topic.name)
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            order.append(tp)
+            if image is None or not 0 <= p.partition_index < image.partitions:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            epoch = getattr(p, "committed_leader_epoch", -1)
+            offsets[tp] = OffsetValue(p.committed_offset, epoch, p.committed_metadata or "", now)
+    if offsets:
+        result = runtime.coordinator.commit_offsets(
+            request.group_id,
+            request.generation_id_or_member_epoch,
+            request.member_id,
+            getattr(request, "group_instance_id", None),
+            offsets,
+        )
+        errors.update(runtime.complete(result))
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp in order:
+        topics.setdefault(tp.topic, []).append(
+            {"partition_index": tp.partition, "error_code": errors[tp]}
+        )
+    return {
+        "throttle_time": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }

@@ -1,0 +1,38 @@
+"""OffsetFetch (9), v1-v7: a group's committed offsets (-1 where nothing is committed).
+
+v2+ may ask for every partition the group has (topics null). `require_stable` (v7) is
+accepted; with no transactions yet, no offset is ever pending. The batched multi-group form
+(v8+) is not offered.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.errors import ErrorCode
+from oncelog.types import TopicPartition
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    coordinator = ctx.broker.groups.coordinator
+    wanted = None
+    if request.topics is not None:
+        wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
+    found = coordinator.fetch_offsets(request.group_id, wanted)
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp, value in found.items():
+        topics.setdefault(tp.topic, []).append(
+            {
+                "partition_index": tp.partition,
+                "committed_offset": value.offset if value else -1,
+                "committed_leader_epoch": value.leader_epoch if value else -1,
+                "metadata": value.metadata if value else "",
+                "error_code": ErrorCode.none,
+            }
+        )
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }

@@ -1,0 +1,30 @@
+"""SyncGroup (14): the leader hands in the assignment; every member waits for its share,
+which is sent once the assignment is stored in `__consumer_offsets`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.coordinator.group.coordinator import WAITER_SLACK_MS
+
+
+def handle(ctx: RequestContext, request: Any) -> Any:
+    runtime = ctx.broker.groups
+    coordinator = runtime.coordinator
+    result = coordinator.sync(
+        request.group_id,
+        request.generation_id,
+        request.member_id,
+        getattr(request, "group_instance_id", None),
+        getattr(request, "protocol_type", None),
+        getattr(request, "protocol_name", None),
+        {a.member_id: a.assignment for a in request.assignments},
+    )
+    group = coordinator.describe(request.group_id)
+    wait_ms = (group.max_rebalance_timeout_ms() if group else 0) + WAITER_SLACK_MS
+
+    def shape(reply: dict[str, Any]) -> dict[str, Any]:
+        return {"throttle_time": 0, **reply}
+
+    return runtime.respond(result, request.group_id, wait_ms, shape)
