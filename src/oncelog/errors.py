@@ -157,3 +157,7 @@ class ClusterAuthorizationFailed(KafkaError):
 
 class InvalidTxnState(KafkaError):
     code = ErrorCode.invalid_txn_state
+
+
+class TransactionCoordinatorFenced(KafkaError):
+    code = ErrorCode.transaction_coordinator_fenced

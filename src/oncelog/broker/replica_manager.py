@@ -184,9 +184,17 @@ class ReplicaManager:
             self.append_listener(tps)
 
     def read(
-        self, tp: TopicPartition, offset: int, max_bytes: int, *, min_one: bool = True
+        self,
+        tp: TopicPartition,
+        offset: int,
+        max_bytes: int,
+        *,
+        min_one: bool = True,
+        read_committed: bool = False,
     ) -> ReadResult:
-        return self.partition(tp).read(offset, max_bytes, min_one=min_one)
+        return self.partition(tp).read(
+            offset, max_bytes, min_one=min_one, read_committed=read_committed
+        )
 
     def check_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int) -> None:
         """KIP-320 fencing: a client's view of the leader epoch must match ours (-1 skips)."""

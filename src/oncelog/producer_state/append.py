@@ -13,11 +13,24 @@ ProducerAppendInfo, with KIP-360):
    removed with its data) is accepted at any sequence: that is what lets today's clients,
    which bump their epoch on errors, continue after expiry.
 Duplicates are found before these checks (`ProducerStateManager.find_duplicate`).
+
+Transactions: the first transactional batch of a producer on a partition opens its
+transaction there (`current_txn_first_offset`); a non-transactional batch while one is open
+is INVALID_TXN_STATE. A COMMIT or ABORT marker (`end_transaction`) closes it; a marker from an
+older producer epoch is fenced, one from an older coordinator epoch too.
 """
 
 from __future__ import annotations
 
-from oncelog.errors import InvalidProducerEpoch, OutOfOrderSequenceNumber
+from dataclasses import dataclass
+
+from oncelog.errors import (
+    InvalidProducerEpoch,
+    InvalidTxnState,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    TransactionCoordinatorFenced,
+)
 from oncelog.producer_state.entry import (
     NO_EPOCH,
     BatchMetadata,
@@ -26,6 +39,16 @@ from oncelog.producer_state.entry import (
 )
 from oncelog.protocol.records.batch import BatchHeader
 from oncelog.types import TopicPartition
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTxn:
+    """A transaction ended on this partition by the marker at `last_offset`."""
+
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    aborted: bool
 
 
 class ProducerAppendInfo:
@@ -43,6 +66,11 @@ class ProducerAppendInfo:
             raise InvalidProducerEpoch(
                 f"{self.tp}: producer {self.producer_id} epoch {epoch} is older than the "
                 f"current epoch {entry.producer_epoch}"
+            )
+        if entry.in_transaction and not header.is_transactional and epoch == entry.producer_epoch:
+            raise InvalidTxnState(
+                f"{self.tp}: producer {self.producer_id} wrote a non-transactional batch inside "
+                "its open transaction"
             )
         if not check_sequence:
             return
@@ -66,6 +94,8 @@ class ProducerAppendInfo:
 
     def stage(self, header: BatchHeader) -> None:
         """Record an appended batch on the staged copy (also used when replaying the log)."""
+        if header.is_transactional and not self.entry.in_transaction:
+            self.entry.current_txn_first_offset = header.base_offset
         self.entry.add_batch(
             header.producer_epoch,
             BatchMetadata(
@@ -77,3 +107,25 @@ class ProducerAppendInfo:
             ),
         )
         self.known = True
+
+    def end_transaction(
+        self, epoch: int, coordinator_epoch: int, commit: bool, marker_offset: int, *, check: bool
+    ) -> CompletedTxn:
+        """Stage a COMMIT/ABORT marker at `marker_offset`; with `check`, fence stale writers."""
+        entry = self.entry
+        if check and self.known and epoch < entry.producer_epoch:
+            raise ProducerFenced(
+                f"{self.tp}: marker for producer {self.producer_id} has epoch {epoch}, "
+                f"older than {entry.producer_epoch}"
+            )
+        if check and coordinator_epoch < entry.coordinator_epoch:
+            raise TransactionCoordinatorFenced(
+                f"{self.tp}: marker from coordinator epoch {coordinator_epoch}, "
+                f"already saw {entry.coordinator_epoch}"
+            )
+        first = entry.current_txn_first_offset if entry.in_transaction else marker_offset
+        entry.update_epoch(epoch)
+        entry.coordinator_epoch = coordinator_epoch
+        entry.current_txn_first_offset = -1
+        self.known = True
+        return CompletedTxn(self.producer_id, first, marker_offset, aborted=not commit)

@@ -36,6 +36,9 @@ class ProducerStateEntry:
     producer_epoch: int = NO_EPOCH
     batches: deque[BatchMetadata] = field(default_factory=lambda: deque(maxlen=MAX_CACHED_BATCHES))
     last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+    """Offset of this producer's first batch in its open transaction here, -1 if none."""
 
     def copy(self) -> ProducerStateEntry:
         return ProducerStateEntry(
@@ -43,7 +46,13 @@ class ProducerStateEntry:
             self.producer_epoch,
             deque(self.batches, maxlen=MAX_CACHED_BATCHES),
             self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
         )
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.current_txn_first_offset >= 0
 
     @property
     def is_empty(self) -> bool:
@@ -66,10 +75,14 @@ class ProducerStateEntry:
                 return batch
         return None
 
-    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
+    def update_epoch(self, epoch: int) -> None:
+        """A new epoch starts a new sequence space: forget the old epoch's batches."""
         if epoch != self.producer_epoch:
             self.batches.clear()
             self.producer_epoch = epoch
+
+    def add_batch(self, epoch: int, batch: BatchMetadata) -> None:
+        self.update_epoch(epoch)
         self.batches.append(batch)
         self.last_timestamp = max(self.last_timestamp, batch.timestamp)
 

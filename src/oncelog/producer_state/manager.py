@@ -10,12 +10,12 @@ timestamp, as Kafka does) even if retention deleted its data, then dropped by
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from oncelog.fileio import CorruptFileError
 from oncelog.producer_state import snapshot
-from oncelog.producer_state.append import ProducerAppendInfo
+from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
 from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import BatchHeader
@@ -38,6 +38,8 @@ class ProducerStateManager:
         self.expiration_ms = expiration_ms
         self.tracker = tracker if tracker is not None else ProducerTracker()
         self.producers: dict[int, ProducerStateEntry] = {}
+        self._ongoing: dict[int, int] = {}
+        """producer id -> first offset of its open transaction on this partition."""
         self.map_end_offset = 0
         """Offset up to which the state reflects the log (exclusive)."""
 
@@ -60,29 +62,68 @@ class ProducerStateManager:
         return ProducerAppendInfo(self.tp, self.producers.get(producer_id), producer_id)
 
     def update(self, info: ProducerAppendInfo) -> None:
-        """Apply a staged entry after its batches were appended."""
-        self.producers[info.producer_id] = info.entry
+        """Apply a staged entry after its batches (or marker) were appended."""
+        entry = info.entry
+        self.producers[info.producer_id] = entry
+        if entry.in_transaction:
+            self._ongoing[info.producer_id] = entry.current_txn_first_offset
+        else:
+            self._ongoing.pop(info.producer_id, None)
         self.tracker.touch(self, info.producer_id)
 
-    def evict(self, producer_id: int) -> None:
-        """Drop one producer's state (called by the tracker when over its cap)."""
-        self.producers.pop(producer_id, None)
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the earliest open transaction here (the LSO bound), if any."""
+        return min(self._ongoing.values()) if self._ongoing else None
 
-    def replay(self, headers: Iterable[BatchHeader]) -> None:
-        """Rebuild from stored batches (recovery): apply without validating."""
+    def ongoing_transactions(self) -> dict[int, int]:
+        """producer id -> first offset, of every open transaction on this partition."""
+        return dict(self._ongoing)
+
+    def evict(self, producer_id: int) -> bool:
+        """Drop one producer's state (called by the tracker when over its cap); a producer
+        with an open transaction is kept, since its LSO bound must survive."""
+        if producer_id in self._ongoing:
+            return False
+        self.producers.pop(producer_id, None)
+        return True
+
+    def replay(
+        self,
+        headers: Iterable[BatchHeader],
+        read_marker: Callable[[BatchHeader], tuple[bool, int]] | None = None,
+    ) -> list[CompletedTxn]:
+        """Rebuild from stored batches (recovery): apply without validating.
+
+        `read_marker(header)` gives (is COMMIT, coordinator epoch) of a control batch; the
+        transactions its markers complete are returned.
+        """
+        completed: list[CompletedTxn] = []
         for header in headers:
-            if header.has_producer_id and not header.is_control:
+            if header.has_producer_id:
                 info = self.prepare(header.producer_id)
-                info.stage(header)
+                if not header.is_control:
+                    info.stage(header)
+                elif read_marker is not None:
+                    commit, coordinator_epoch = read_marker(header)
+                    completed.append(
+                        info.end_transaction(
+                            header.producer_epoch,
+                            coordinator_epoch,
+                            commit,
+                            header.base_offset,
+                            check=False,
+                        )
+                    )
                 self.update(info)
             self.map_end_offset = max(self.map_end_offset, header.next_offset)
+        return completed
 
     def remove_expired(self, now_ms: int) -> int:
         """Drop producers idle longer than producer.id.expiration.ms; return how many."""
         expired = [
             pid
             for pid, entry in self.producers.items()
-            if now_ms - entry.last_timestamp >= self.expiration_ms
+            if now_ms - entry.last_timestamp >= self.expiration_ms and not entry.in_transaction
         ]
         for pid in expired:
             del self.producers[pid]
@@ -93,6 +134,7 @@ class ProducerStateManager:
         for pid in self.producers:
             self.tracker.forget(self.tp, pid)
         self.producers.clear()
+        self._ongoing.clear()
         self.map_end_offset = 0
 
     # -- snapshots ---------------------------------------------------------------------------
@@ -121,6 +163,9 @@ class ProducerStateManager:
                 path.unlink(missing_ok=True)
                 continue
             self.producers = {e.producer_id: e for e in entries}
+            self._ongoing = {
+                e.producer_id: e.current_txn_first_offset for e in entries if e.in_transaction
+            }
             for pid in self.producers:
                 self.tracker.touch(self, pid)
             self.map_end_offset = snap_offset

@@ -7,7 +7,8 @@ beyond the log end that passes its checksum and replays the batches after it.
 
 Layout (big-endian): magic "OLPS" | version int16 | crc32c uint32 of the payload |
 payload: offset int64 | producer count int32 | per producer: producer id int64,
-epoch int16, last timestamp int64, batch count int8, per batch: first seq int32,
+epoch int16, last timestamp int64, coordinator epoch int32, first offset of the open
+transaction int64 (-1: none), batch count int8, per batch: first seq int32,
 last seq int32, last offset int64, offset delta int32, timestamp int64.
 """
 
@@ -25,11 +26,11 @@ from oncelog.fileio import CorruptFileError, write_atomically
 from oncelog.producer_state.entry import MAX_CACHED_BATCHES, BatchMetadata, ProducerStateEntry
 
 SUFFIX = ".snapshot"
-VERSION = 1
+VERSION = 2
 _MAGIC = b"OLPS"
 _HEAD = struct.Struct(">4shI")
 _PAYLOAD_HEAD = struct.Struct(">qi")
-_PRODUCER = struct.Struct(">qhqb")
+_PRODUCER = struct.Struct(">qhqiqb")
 _BATCH = struct.Struct(">iiqiq")
 
 
@@ -53,7 +54,12 @@ def encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
     for entry in items:
         parts.append(
             _PRODUCER.pack(
-                entry.producer_id, entry.producer_epoch, entry.last_timestamp, len(entry.batches)
+                entry.producer_id,
+                entry.producer_epoch,
+                entry.last_timestamp,
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
+                len(entry.batches),
             )
         )
         parts.extend(
@@ -79,13 +85,15 @@ def decode(data: bytes) -> tuple[int, list[ProducerStateEntry]]:
         pos = _PAYLOAD_HEAD.size
         entries = []
         for _ in range(count):
-            pid, epoch, last_ts, nbatches = _PRODUCER.unpack_from(payload, pos)
+            pid, epoch, last_ts, coord_epoch, txn_first, nbatches = _PRODUCER.unpack_from(
+                payload, pos
+            )
             pos += _PRODUCER.size
             batches: deque[BatchMetadata] = deque(maxlen=MAX_CACHED_BATCHES)
             for _ in range(nbatches):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(payload, pos)))
                 pos += _BATCH.size
-            entries.append(ProducerStateEntry(pid, epoch, batches, last_ts))
+            entries.append(ProducerStateEntry(pid, epoch, batches, last_ts, coord_epoch, txn_first))
     except struct.error as exc:
         raise CorruptFileError(f"snapshot payload truncated: {exc}") from exc
     if pos != len(payload):

@@ -24,7 +24,7 @@ DEFAULT_MAX_ENTRIES = 500_000
 class _Evictable(Protocol):
     tp: TopicPartition
 
-    def evict(self, producer_id: int) -> None: ...
+    def evict(self, producer_id: int) -> bool: ...
 
 
 class ProducerTracker:
@@ -42,9 +42,13 @@ class ProducerTracker:
             self._lru.move_to_end(key)
             return
         self._lru[key] = owner
-        while len(self._lru) > self.max_entries:
+        attempts = len(self._lru)
+        while len(self._lru) > self.max_entries and attempts > 0:
+            attempts -= 1
             (tp, pid), victim = self._lru.popitem(last=False)
-            victim.evict(pid)
+            if not victim.evict(pid):  # in a transaction: keep it, try the next oldest
+                self._lru[(tp, pid)] = victim
+                continue
             self.evicted += 1
             log.info(
                 "evicted producer %d on %s: producer.state.max.entries=%d reached",

@@ -15,13 +15,14 @@ import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import OffsetOutOfRange
-from oncelog.producer_state.append import ProducerAppendInfo
+from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
 from oncelog.producer_state.manager import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ProducerStateManager,
@@ -36,8 +37,10 @@ from oncelog.protocol.records.batch import (
     set_log_append_time,
 )
 from oncelog.protocol.records.compression import Codec, decompress
+from oncelog.protocol.records.control import build_marker, parse_marker
 from oncelog.protocol.records.record import record_offsets_and_timestamps
 from oncelog.storage.segment import LogSegment
+from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.validator import ValidatedRecords
 from oncelog.types import TopicPartition
 
@@ -69,6 +72,9 @@ class ReadResult:
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
+    last_stable_offset: int = -1
+    aborted: list[AbortedTxn] | None = None
+    """Aborted transactions overlapping the records (read_committed reads only)."""
 
 
 class PartitionLog:
@@ -268,12 +274,91 @@ class PartitionLog:
         self.replay_producer_state(start)
 
     def replay_producer_state(self, start: int) -> None:
+        """Replay stored batches from `start`; re-index the aborts their markers record (an
+        ABORT whose index entry a crash lost is indexed again, present ones are kept)."""
         for segment in self.segments:
             if segment.next_offset <= start or segment.size == 0:
                 continue
             headers = segment.headers_from(max(start, segment.base_offset))
-            self.producer_state.replay(h for _, h in headers if h.base_offset >= start)
+            completed = self.producer_state.replay(
+                (h for _, h in headers if h.base_offset >= start), _marker_reader(segment)
+            )
+            for txn in completed:
+                if txn.aborted:
+                    self._index_abort(txn)
         self.producer_state.map_end_offset = self.log_end_offset
+
+    # -- transactions ------------------------------------------------------------------------
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The LSO: below the first open transaction, and never above the high watermark."""
+        first_unstable = self.producer_state.first_unstable_offset()
+        hw = self.high_watermark
+        return hw if first_unstable is None else min(first_unstable, hw)
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        leader_epoch: int,
+    ) -> AppendInfo:
+        """Write a COMMIT/ABORT control batch ending `producer_id`'s transaction here.
+
+        1. The marker is checked against the producer's state (older epochs are fenced).
+        2. It is written at the log end; the producer's open transaction closes.
+        3. An ABORT is recorded in the segment's `.txnindex` for read_committed fetches.
+        """
+        now = self.clock.wall_ms()
+        batch = bytearray(
+            build_marker(
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                commit=commit,
+                coordinator_epoch=coordinator_epoch,
+                timestamp=now,
+            )
+        )
+        self._maybe_roll(len(batch), now, None)
+        offset = self.log_end_offset
+        info = self.producer_state.prepare(producer_id)
+        completed = info.end_transaction(
+            producer_epoch, coordinator_epoch, commit, offset, check=True
+        )
+        rewrite_offsets(batch, 0, offset, leader_epoch)
+        self.active.append([batch], [(0, parse_header(batch, 0))])
+        self.producer_state.update(info)
+        self.producer_state.map_end_offset = offset + 1
+        if completed.aborted:
+            self._index_abort(completed)
+        return AppendInfo(offset, offset, -1, self.log_start_offset)
+
+    def _index_abort(self, txn: CompletedTxn) -> None:
+        i = max(bisect.bisect_right(self._bases, txn.last_offset) - 1, 0)
+        index = self.segments[i].txn_index
+        if any(
+            t.producer_id == txn.producer_id and t.last_offset == txn.last_offset
+            for t in index.entries
+        ):
+            return
+        first_unstable = self.producer_state.first_unstable_offset()
+        lso = txn.last_offset + 1 if first_unstable is None else first_unstable
+        index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+
+    def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper), as read_committed fetches need."""
+        out: list[AbortedTxn] = []
+        for segment in self.segments:
+            if segment.next_offset <= start:
+                continue
+            for txn in segment.txn_index.entries:
+                if txn.last_offset >= start and txn.first_offset < upper:
+                    out.append(txn)
+                if txn.last_stable_offset >= upper:
+                    return out
+        return out
 
     def append_as_stored(self, data: bytes) -> None:
         """Append batches that already carry their offsets (recovery tests, replication)."""
@@ -338,13 +423,17 @@ class PartitionLog:
         upper_bound: int | None = None,
         *,
         min_one: bool = True,
+        read_committed: bool = False,
     ) -> ReadResult:
         """Stored batches from `offset` below `upper_bound` (default: the high watermark).
 
         With `min_one` the first batch is returned even if it is larger than `max_bytes`.
         """
         hw = self.high_watermark
+        lso = self.last_stable_offset
         bound = hw if upper_bound is None else min(upper_bound, hw)
+        if read_committed:
+            bound = min(bound, lso)
         if offset < self.log_start_offset or offset > self.log_end_offset:
             raise OffsetOutOfRange(
                 f"{self.tp}: offset {offset} outside [{self.log_start_offset}, "
@@ -358,7 +447,10 @@ class PartitionLog:
                 i += 1
             if bound < self.log_end_offset:
                 data = _cut_at(data, bound)
-        return ReadResult(data, hw, self.log_start_offset, self.log_end_offset)
+        aborted = self.aborted_transactions(offset, bound) if read_committed and data else None
+        if read_committed and aborted is None:
+            aborted = []
+        return ReadResult(data, hw, self.log_start_offset, self.log_end_offset, lso, aborted)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`.
@@ -487,6 +579,13 @@ class PartitionLog:
         for segment in self.segments:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _marker_reader(segment: LogSegment) -> Callable[[BatchHeader], tuple[bool, int]]:
+    def read(header: BatchHeader) -> tuple[bool, int]:
+        return parse_marker(segment.read(header.base_offset, header.size))
+
+    return read
 
 
 def _segment_may_hold(base: int, bases: list[int], recovery_point: int) -> bool:

@@ -25,6 +25,7 @@ from oncelog.protocol.records.batch import (
 )
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.time_index import TimeIndex
+from oncelog.storage.txn_index import TransactionIndex
 
 _SCAN_CHUNK = 1 << 20
 _IOV_MAX = 1024
@@ -49,6 +50,7 @@ class LogSegment:
         self.time_index = TimeIndex(
             directory / f"{segment_name(base_offset)}.timeindex", base_offset
         )
+        self.txn_index = TransactionIndex(directory / f"{segment_name(base_offset)}.txnindex")
         self.index_interval_bytes = index_interval_bytes
         self.size = 0
         self.next_offset = base_offset
@@ -65,6 +67,7 @@ class LogSegment:
         self.size = os.fstat(self._fd).st_size
         self.index.open()
         self.time_index.open()
+        self.txn_index.open()
 
     def load(self, *, recover: bool) -> RecoveryResult:
         """Open and bring the in-memory state up to date with the files.
@@ -93,6 +96,7 @@ class LogSegment:
         if result.truncated_bytes:
             os.ftruncate(self._fd, result.valid_bytes)
             self.size = result.valid_bytes
+        self.txn_index.truncate_from(result.next_offset)
         self.first_batch_timestamp = self._first_timestamp()
         return result
 
@@ -203,6 +207,7 @@ class LogSegment:
         self.size = position
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_offset(offset)
+        self.txn_index.truncate_from(offset)
         self.next_offset = self.base_offset
         self.max_timestamp = -1
         self._scan(0, validate=False, rebuild=False)
@@ -261,6 +266,7 @@ class LogSegment:
         os.fsync(self._fd)
         self.index.flush()
         self.time_index.flush()
+        self.txn_index.flush()
 
     def close(self) -> None:
         if self._fd >= 0:
@@ -268,12 +274,14 @@ class LogSegment:
             self._fd = -1
         self.index.close()
         self.time_index.close()
+        self.txn_index.close()
 
     def delete(self) -> None:
         """Remove the files, indexes first: a crash in between leaves a log whose indexes
         are rebuilt on load, never orphan indexes a later segment would append to."""
         self.close()
-        for path in (self.time_index.path, self.index.path, self.log_path):
+        paths = (self.txn_index.path, self.time_index.path, self.index.path, self.log_path)
+        for path in paths:
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
 

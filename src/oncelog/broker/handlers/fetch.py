@@ -66,14 +66,25 @@ def _collect(ctx: RequestContext, request: Any) -> tuple[dict[str, Any], int, bo
                 replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
                 first = total == 0
                 limit = min(p.partition_max_bytes, budget - total)
-                result = replicas.read(tp, p.fetch_offset, max(limit, 0), min_one=first)
+                result = replicas.read(
+                    tp,
+                    p.fetch_offset,
+                    max(limit, 0),
+                    min_one=first,
+                    read_committed=read_committed,
+                )
                 records = result.records
                 entry.update(
                     high_watermark=result.high_watermark,
-                    last_stable_offset=result.high_watermark,
+                    last_stable_offset=result.last_stable_offset,
                     log_start_offset=result.log_start_offset,
                     records=records,
                 )
+                if result.aborted:
+                    entry["aborted_transactions"] = [
+                        {"producer_id": t.producer_id, "first_offset": t.first_offset}
+                        for t in result.aborted
+                    ]
                 total += len(records)
             except KafkaError as exc:
                 errors = True

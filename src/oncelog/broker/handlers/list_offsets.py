@@ -9,8 +9,11 @@ from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, TopicPartition
 
+READ_COMMITTED = 1
+
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         partitions = []
@@ -25,7 +28,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             try:
                 tp = TopicPartition(topic.name, p.partition_index)
                 ctx.broker.replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
-                timestamp, offset = _lookup(ctx, tp, p.timestamp)
+                timestamp, offset = _lookup(ctx, tp, p.timestamp, read_committed)
                 entry.update(
                     timestamp=timestamp,
                     offset=offset,
@@ -38,10 +41,12 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {"throttle_time": 0, "topics": topics}
 
 
-def _lookup(ctx: RequestContext, tp: TopicPartition, timestamp: int) -> tuple[int, int]:
+def _lookup(
+    ctx: RequestContext, tp: TopicPartition, timestamp: int, read_committed: bool
+) -> tuple[int, int]:
     plog = ctx.broker.replicas.partition(tp)
     if timestamp == LATEST_TIMESTAMP:
-        return -1, plog.high_watermark
+        return -1, plog.last_stable_offset if read_committed else plog.high_watermark
     if timestamp == EARLIEST_TIMESTAMP:
         return -1, plog.log_start_offset
     if timestamp == MAX_TIMESTAMP:
