@@ -270,6 +270,15 @@ class PartitionLog:
         if start is None:
             if self.log_end_offset > self.log_start_offset:
                 log.warning("%s: no usable producer snapshot; rebuilding from the log", self.tp)
+            elif self.log_start_offset > 0:
+                # Data was written and deleted (retention, DeleteRecords): whatever producer
+                # state it carried is gone, so those producers restart as unknown (KIP-360).
+                log.warning(
+                    "%s: empty log at offset %d and no producer snapshot; starting with empty "
+                    "producer state",
+                    self.tp,
+                    self.log_start_offset,
+                )
             start = self.log_start_offset
         self.replay_producer_state(start)
 
