@@ -429,7 +429,7 @@ def test_malformed_body_closes(srv: BrokerProcess, case: str) -> None:
 def test_array_count_check_agrees_with_kio() -> None:
     """The pre-decode walk that bounds array counts must end exactly where kio does, for
     every request version we serve, or it would refuse (or misjudge) valid requests."""
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, assume, given, settings
     from hypothesis import strategies as st
     from kio.serial import entity_reader
     from kio.static.primitive import Records
@@ -445,7 +445,11 @@ def test_array_count_check_agrees_with_kio() -> None:
         def walk_matches(entity: object) -> None:
             data = encode_entity(entity)
             end = _walk_entity(_entity_shape(cls), data, 0, len(data))
-            _, size = entity_reader(cls)(data, 0)
+            try:
+                _, size = entity_reader(cls)(data, 0)
+            except ValueError as exc:  # a generated timedelta near int64 ms does not read back
+                assume("overflow" not in str(exc))
+                raise
             assert end == size == len(data)
 
         walk_matches()
