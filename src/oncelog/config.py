@@ -95,6 +95,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.state.log.num.partitions", C.INT, "50"),
     ConfigDef("transaction.state.log.replication.factor", C.INT, "1"),
     ConfigDef("transaction.state.log.min.isr", C.INT, "1"),
+    ConfigDef("transaction.max.timeout.ms", C.INT, "900000"),
+    ConfigDef("transactional.id.expiration.ms", C.INT, "604800000"),
+    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", C.INT, "10000"),
 )
 
 # Topic-level keys that have no broker-level synonym with a different name.

@@ -10,6 +10,7 @@ from oncelog.broker.metrics import BrokerMetrics
 if TYPE_CHECKING:
     from oncelog.broker.group_runtime import GroupRuntime
     from oncelog.broker.replica_manager import ReplicaManager
+    from oncelog.broker.txn_runtime import TxnRuntime
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
 
@@ -30,6 +31,7 @@ class BrokerContext:
     replicas: ReplicaManager
     node: Node
     groups: GroupRuntime
+    txns: TxnRuntime
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
 
 

@@ -15,8 +15,11 @@ from dataclasses import dataclass
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
 from oncelog.errors import (
+    ErrorCode,
     FencedLeaderEpoch,
     InvalidPartitions,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
     InvalidReplicationFactor,
     InvalidRequest,
     InvalidTxnState,
@@ -61,6 +64,8 @@ class ReplicaManager:
         )
         self.producer_ids = ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)
         self._log_configs: dict[str, LogConfig] = {}
+        #: Set by the transaction runtime (KIP-890 verification); none: no transactions.
+        self.txn_verifier: Callable[[int, int, TopicPartition], ErrorCode] = _no_transactions
         self.append_listener: Callable[[list[TopicPartition]], None] = lambda _: None
 
     def startup(self) -> None:
@@ -168,7 +173,7 @@ class ReplicaManager:
         validated = validate_produce_records(records, plog.config.max_message_bytes)
         for _, header in validated.batches:
             if header.is_transactional:
-                raise InvalidTxnState(f"{tp}: transactions are not supported yet")
+                self._verify_transactional(tp, header.producer_id, header.producer_epoch)
             if header.producer_id >= self.producer_ids.allocated_below:
                 raise UnknownProducerId(
                     f"{tp}: producer id {header.producer_id} was never issued by this cluster"
@@ -178,6 +183,19 @@ class ReplicaManager:
         except OSError as exc:
             log.error("%s: append failed: %s", tp, exc)
             raise KafkaStorageError(f"{tp}: {exc}") from exc
+
+    def _verify_transactional(self, tp: TopicPartition, producer_id: int, epoch: int) -> None:
+        """KIP-890's late-produce defence: transactional data is accepted only for a
+        partition the coordinator has in the producer's open transaction."""
+        code = self.txn_verifier(producer_id, epoch, tp)
+        if code == ErrorCode.none:
+            return
+        message = f"{tp}: producer {producer_id} epoch {epoch} has no open transaction here"
+        if code == ErrorCode.invalid_producer_epoch:
+            raise InvalidProducerEpoch(message)
+        if code == ErrorCode.invalid_producer_id_mapping:
+            raise InvalidProducerIdMapping(message)
+        raise InvalidTxnState(message)
 
     def notify_appended(self, tps: list[TopicPartition]) -> None:
         if tps:
@@ -207,3 +225,7 @@ class ReplicaManager:
 
     def apply_retention(self) -> int:
         return self.logs.apply_retention()
+
+
+def _no_transactions(producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
+    return ErrorCode.invalid_txn_state

@@ -19,6 +19,7 @@ from oncelog.broker.dispatcher import Dispatcher
 from oncelog.broker.group_runtime import GroupRuntime
 from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.server.connection import Connection
@@ -40,6 +41,8 @@ class BrokerServer:
         self.groups = GroupRuntime(config, self.clock, self.replicas)
         self.groups.wake = self._on_append
         self.groups.timers_changed = self._schedule_group_timer
+        self.txns = TxnRuntime(config, self.clock, self.replicas)
+        self.replicas.txn_verifier = self.txns.coordinator.verify_partition
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
         self.connections: set[Connection] = set()
@@ -54,6 +57,7 @@ class BrokerServer:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.replicas.startup)
         await loop.run_in_executor(None, self.groups.startup)
+        await loop.run_in_executor(None, self.txns.startup)
         listener = self.config.listener
         self._server = await loop.create_server(
             self._new_connection, listener.host, listener.port, reuse_address=True, backlog=1024
@@ -66,10 +70,19 @@ class BrokerServer:
             host = "127.0.0.1"
         node = Node(self.config.node_id, host, port)
         self.dispatcher = Dispatcher(
-            BrokerContext(self.config, self.clock, self.replicas, node, self.groups)
+            BrokerContext(self.config, self.clock, self.replicas, node, self.groups, self.txns)
         )
         self._schedule_group_timer()
         self._tasks = [
+            asyncio.create_task(
+                self._every(
+                    self.config.get_int(
+                        "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+                    )
+                    / 1000,
+                    self._transaction_timeouts,
+                )
+            ),
             asyncio.create_task(
                 self._every(self.config.retention_check_interval_ms / 1000, self._retention)
             ),
@@ -139,6 +152,9 @@ class BrokerServer:
         self._schedule_group_timer()
 
     # -- housekeeping ------------------------------------------------------------------------
+
+    async def _transaction_timeouts(self) -> None:
+        self.txns.tick()
 
     async def _every(self, seconds: float, job: Callable[[], Awaitable[None]]) -> None:
         while True:

@@ -1,8 +1,9 @@
 """FindCoordinator (10): where the group or transaction coordinator of a key lives.
 
-Groups (key type 0) are coordinated by this node. Transactions (key type 1) are not run yet,
-so those keys get COORDINATOR_NOT_AVAILABLE, which clients treat as retriable. Advertising
-the API matters beyond groups: librdkafka enables lz4 only for brokers that list it.
+Groups (key type 0) and transactional ids (key type 1) are coordinated by this node; the
+transaction log is created on the first transactional request. Other key types get
+INVALID_REQUEST. Advertising the API matters beyond groups: librdkafka enables lz4 only for
+brokers that list it.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from oncelog.errors import ErrorCode
 
 GROUP = 0
 TRANSACTION = 1
-_MESSAGE = "The coordinator is not available."
+_MESSAGE = "Unknown coordinator key type."
 
 
 def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
-    if key_type == GROUP:
+    if key_type in (GROUP, TRANSACTION):
+        if key_type == TRANSACTION:
+            ctx.broker.txns.ensure_topic()
         node = ctx.broker.node
         return {
             "node_id": node.node_id,
@@ -31,7 +34,7 @@ def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
         "node_id": -1,
         "host": "",
         "port": -1,
-        "error_code": ErrorCode.coordinator_not_available,
+        "error_code": ErrorCode.invalid_request,
         "error_message": _MESSAGE,
     }
 

@@ -1,9 +1,9 @@
-"""InitProducerId (22): a fresh producer id at epoch 0 for idempotent producers.
+"""InitProducerId (22): producer ids for idempotent and transactional producers.
 
-Without a transactional.id Kafka always hands out a new id, also when the client sends its
-current id and epoch (KIP-360): the partitions accept an unknown producer at any sequence,
-so the new session starts cleanly. Transactional ids need the transaction coordinator, which
-this broker does not run yet: they get COORDINATOR_NOT_AVAILABLE.
+Without a transactional.id Kafka always hands out a new id at epoch 0, also when the client
+sends its current id and epoch (KIP-360): the partitions accept an unknown producer at any
+sequence, so the new session starts cleanly. With one, the transaction coordinator keeps the
+id and bumps the epoch, fencing older sessions (and aborting their open transaction first).
 """
 
 from __future__ import annotations
@@ -16,7 +16,17 @@ from oncelog.errors import ErrorCode
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if request.transactional_id is not None:
-        return _answer(ErrorCode.coordinator_not_available, -1, -1)
+        txns = ctx.broker.txns
+        result = txns.coordinator.init_producer_id(
+            request.transactional_id,
+            int(request.transaction_timeout.total_seconds() * 1000),
+            getattr(request, "producer_id", -1),
+            getattr(request, "producer_epoch", -1),
+        )
+        code = txns.run(result)
+        if code != ErrorCode.none:
+            return _answer(code, -1, -1)
+        return _answer(code, result.producer_id, result.producer_epoch)
     producer_id = ctx.broker.replicas.producer_ids.next_id()
     return _answer(ErrorCode.none, producer_id, 0)
 

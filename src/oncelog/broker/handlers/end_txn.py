@@ -1,0 +1,19 @@
+"""EndTxn (26): commit or abort. The answer comes once the decision is persisted, the
+markers are on every partition and the completion is persisted (all local here)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    txns = ctx.broker.txns
+    result = txns.coordinator.end_txn(
+        request.transactional_id,
+        request.producer_id,
+        request.producer_epoch,
+        bool(request.committed),
+    )
+    return {"throttle_time": 0, "error_code": txns.run(result)}

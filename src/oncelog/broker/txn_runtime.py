@@ -1,0 +1,154 @@
+"""Runs the sans-IO transaction coordinator inside the broker.
+
+It owns `__transaction_state` (internal, created on first transactional use, replayed at
+startup), appends each operation's records there before replaying them, writes the
+COMMIT/ABORT markers of decided transactions to their partitions (locally: the same step a
+multi-broker cluster does with WriteTxnMarkers) and persists their completion. At startup it
+finishes every transaction a crash left decided but not completed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from oncelog.broker.replica_manager import LEADER_EPOCH, ReplicaManager, TopicSpec
+from oncelog.clock import Clock
+from oncelog.config import BrokerConfig
+from oncelog.coordinator.group.records import partition_for
+from oncelog.coordinator.txn import Marker, TransactionCoordinator, TxnSettings
+from oncelog.coordinator.txn.coordinator import TxnRecord, TxnResult
+from oncelog.coordinator.txn.records import decode_batches, encode_batch
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+TXN_TOPIC = "__transaction_state"
+TXN_TOPIC_CONFIGS = {
+    "cleanup.policy": "compact",
+    "retention.ms": "-1",
+    "segment.bytes": "104857600",
+}
+READ_CHUNK = 1 << 20
+
+
+class TxnRuntime:
+    def __init__(self, config: BrokerConfig, clock: Clock, replicas: ReplicaManager) -> None:
+        self.clock = clock
+        self.replicas = replicas
+        self.partitions = config.get_int("transaction.state.log.num.partitions")
+        self.coordinator = TransactionCoordinator(
+            TxnSettings(
+                max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
+                id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
+            ),
+            clock,
+            replicas.producer_ids.next_id,
+        )
+        #: Set by the group runtime: apply a transaction's offsets to its group on a marker.
+        self.on_offsets_marker: Callable[[Marker], None] = lambda marker: None
+        #: Set by the server: wake fetches waiting on partitions that got markers.
+        self.notify: Callable[[list[TopicPartition]], None] = replicas.notify_appended
+
+    # -- startup -----------------------------------------------------------------------------
+
+    def startup(self) -> None:
+        """Replay `__transaction_state` and finish transactions left in Prepare*."""
+        topic = self.replicas.topic(TXN_TOPIC)
+        if topic is None:
+            return
+        self.partitions = topic.partitions
+        for p in range(topic.partitions):
+            self._load(TopicPartition(TXN_TOPIC, p))
+        for txn_id in self.coordinator.pending():
+            log.info("completing transaction %s left prepared before the restart", txn_id)
+            self._finish(txn_id)
+
+    def _load(self, tp: TopicPartition) -> None:
+        plog = self.replicas.partition(tp)
+        offset = plog.log_start_offset
+        while offset < plog.high_watermark:
+            data = plog.read(offset, READ_CHUNK).records
+            if not data:
+                break
+            records, next_offset = decode_batches(data)
+            if next_offset <= offset:
+                log.error("%s: cannot decode the batch at offset %d; stop loading", tp, offset)
+                break
+            offset = next_offset
+            for record in records:
+                self.coordinator.replay(record)
+
+    def ensure_topic(self) -> None:
+        if self.replicas.topic(TXN_TOPIC) is None:
+            spec = TopicSpec(TXN_TOPIC, self.partitions, 1, TXN_TOPIC_CONFIGS)
+            self.replicas.create_topic(spec, internal=True)
+
+    # -- operations --------------------------------------------------------------------------
+
+    def run(self, result: TxnResult) -> ErrorCode:
+        """Persist and replay `result`'s records, finish the transaction it decided, and
+        return the error to answer with."""
+        if result.records:
+            try:
+                self._persist(result.records)
+            except KafkaError as exc:
+                log.warning("cannot store transaction records: %s", exc)
+                return ErrorCode.coordinator_not_available
+        if result.complete is not None:
+            self._finish(result.complete)
+        return result.error
+
+    def tick(self) -> None:
+        """Abort timed-out transactions, expire idle transactional ids."""
+        for result in self.coordinator.expire():
+            if result.complete is not None:
+                log.info("aborting transaction %s: transaction.timeout.ms passed", result.complete)
+            self.run(result)
+
+    def _finish(self, txn_id: str) -> None:
+        """Write the markers of a decided transaction, then persist its completion."""
+        touched: list[TopicPartition] = []
+        for marker in self.coordinator.markers(txn_id):
+            if self._write_marker(marker):
+                touched.append(marker.tp)
+        self.notify(touched)
+        try:
+            self._persist(self.coordinator.complete(txn_id))
+        except KafkaError as exc:
+            # The Prepare* record stays; the next start (or retry) completes it.
+            log.error("cannot complete transaction %s: %s", txn_id, exc)
+
+    def _write_marker(self, marker: Marker) -> bool:
+        plog = self.replicas.logs.get(marker.tp)
+        if plog is None:
+            log.warning("transaction marker for %s skipped: partition is gone", marker.tp)
+            return False
+        try:
+            plog.append_marker(
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+                marker.commit,
+                LEADER_EPOCH,
+            )
+        except KafkaError as exc:
+            log.error("cannot write transaction marker to %s: %s", marker.tp, exc)
+            return False
+        except OSError as exc:
+            log.error("cannot write transaction marker to %s: %s", marker.tp, exc)
+            return False
+        self.on_offsets_marker(marker)
+        return True
+
+    def _persist(self, records: list[TxnRecord]) -> None:
+        self.ensure_topic()
+        by_partition: dict[int, list[TxnRecord]] = {}
+        for record in records:
+            by_partition.setdefault(partition_for(record[0], self.partitions), []).append(record)
+        now = self.clock.wall_ms()
+        for p, batch in by_partition.items():
+            self.replicas.append(TopicPartition(TXN_TOPIC, p), encode_batch(batch, now))
+            for record in batch:
+                self.coordinator.replay(record)
