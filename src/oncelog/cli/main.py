@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from oncelog.cli import clients, serve
+from oncelog.cli import clients, serve, transactions
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -17,6 +17,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     serve.add_parser(sub)
     clients.add_parsers(sub)
+    transactions.add_parsers(sub)
     return parser
 
 

@@ -1,0 +1,59 @@
+"""DescribeTransactions (65, KIP-664): the coordinator's view of transactional ids."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.coordinator.txn.state import TxnState
+from oncelog.errors import ErrorCode
+
+#: The state names Kafka's tools print and filter on.
+STATE_NAMES = {
+    TxnState.EMPTY: "Empty",
+    TxnState.ONGOING: "Ongoing",
+    TxnState.PREPARE_COMMIT: "PrepareCommit",
+    TxnState.PREPARE_ABORT: "PrepareAbort",
+    TxnState.COMPLETE_COMMIT: "CompleteCommit",
+    TxnState.COMPLETE_ABORT: "CompleteAbort",
+    TxnState.DEAD: "Dead",
+    TxnState.PREPARE_EPOCH_FENCE: "PrepareEpochFence",
+}
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    transactions = ctx.broker.txns.coordinator.transactions
+    states = []
+    for txn_id in request.transactional_ids:
+        meta = transactions.get(txn_id)
+        if meta is None:
+            states.append(
+                {
+                    "error_code": ErrorCode.transactional_id_not_found,
+                    "transactional_id": txn_id,
+                    "transaction_state": "",
+                    "transaction_timeout": 0,
+                    "transaction_start_time": -1,
+                    "producer_id": -1,
+                    "producer_epoch": -1,
+                    "topics": [],
+                }
+            )
+            continue
+        by_topic: dict[str, list[int]] = defaultdict(list)
+        for tp in sorted(meta.partitions):
+            by_topic[tp.topic].append(tp.partition)
+        states.append(
+            {
+                "error_code": ErrorCode.none,
+                "transactional_id": txn_id,
+                "transaction_state": STATE_NAMES[meta.state],
+                "transaction_timeout": meta.timeout_ms,
+                "transaction_start_time": meta.start_ms,
+                "producer_id": meta.producer_id,
+                "producer_epoch": meta.producer_epoch,
+                "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            }
+        )
+    return {"throttle_time": 0, "transaction_states": states}

@@ -1,0 +1,49 @@
+"""WriteTxnMarkers (27): write COMMIT/ABORT markers to partitions.
+
+In a cluster the transaction coordinator sends this to partition leaders; operators also use
+it (KIP-664, `oncelog transactions abort`) to end a hanging transaction whose coordinator no
+longer knows it, which releases the partition's LSO. The markers go through the same
+partition path the local coordinator uses, so epoch fencing applies.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.broker.replica_manager import LEADER_EPOCH
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.types import TopicPartition
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    replicas = ctx.broker.replicas
+    results = []
+    touched: list[TopicPartition] = []
+    for marker in request.markers:
+        topics = []
+        for topic in marker.topics:
+            partitions = []
+            for index in topic.partition_indexes:
+                tp = TopicPartition(topic.name, index)
+                code = ErrorCode.none
+                plog = replicas.logs.get(tp)
+                if plog is None:
+                    code = ErrorCode.unknown_topic_or_partition
+                else:
+                    try:
+                        plog.append_marker(
+                            marker.producer_id,
+                            marker.producer_epoch,
+                            marker.coordinator_epoch,
+                            bool(marker.transaction_result),
+                            LEADER_EPOCH,
+                        )
+                        touched.append(tp)
+                    except KafkaError as exc:
+                        code = exc.code
+                partitions.append({"partition_index": index, "error_code": code})
+            topics.append({"name": topic.name, "partitions": partitions})
+        results.append({"producer_id": marker.producer_id, "topics": topics})
+    replicas.notify_appended(touched)
+    return {"markers": results}

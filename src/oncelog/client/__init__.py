@@ -1,0 +1,1 @@
+"""A small blocking Kafka client on the protocol layer, for the operator tools."""

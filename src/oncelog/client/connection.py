@@ -1,0 +1,87 @@
+"""One blocking connection to a Kafka-protocol broker, with version negotiation.
+
+Requests are described as mappings (like the broker's handlers do) and built into the
+highest version both sides support, so the tools work against oncelog and Apache Kafka.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from kio.serial import entity_reader
+
+from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
+from oncelog.protocol.headers import API_VERSIONS_KEY
+
+CLIENT_ID = "oncelog-tools"
+
+
+class ClientError(Exception):
+    """The broker cannot be reached or answered something we cannot use."""
+
+
+class Connection:
+    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+        try:
+            self._sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as exc:
+            raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
+        self._sock.settimeout(timeout)
+        self._correlation = 0
+        self.versions: dict[int, tuple[int, int]] = {}
+        response = self._call(API_VERSIONS_KEY, 0, {})
+        self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+
+    def close(self) -> None:
+        self._sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def version_for(self, api_key: int, ours: tuple[int, int]) -> int:
+        theirs = self.versions.get(api_key)
+        if theirs is None or theirs[1] < ours[0] or theirs[0] > ours[1]:
+            raise ClientError(f"the broker does not support API {api_key} in versions {ours}")
+        return min(theirs[1], ours[1])
+
+    def call(self, api_key: int, ours: tuple[int, int], body: Mapping[str, Any]) -> Any:
+        """Send one request in the best common version and return the decoded response."""
+        return self._call(api_key, self.version_for(api_key, ours), body)
+
+    def _call(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+        self._correlation += 1
+        flexible = is_flexible(api_key, version)
+        client = CLIENT_ID.encode()
+        header = struct.pack(">hhih", api_key, version, self._correlation, len(client)) + client
+        if flexible:
+            header += b"\x00"
+        payload = header + encode_entity(build(request_class(api_key, version), body))
+        self._sock.sendall(struct.pack(">i", len(payload)) + payload)
+        frame = self._recv(struct.unpack(">i", self._recv(4))[0])
+        (correlation,) = struct.unpack_from(">i", frame, 0)
+        if correlation != self._correlation:
+            raise ClientError(f"correlation id {correlation}, expected {self._correlation}")
+        pos = 4 + (1 if flexible and api_key != API_VERSIONS_KEY else 0)
+        entity, _ = entity_reader(response_class(api_key, version))(frame, pos)
+        return entity
+
+    def _recv(self, n: int) -> bytes:
+        buf = bytearray()
+        while len(buf) < n:
+            chunk = self._sock.recv(n - len(buf))
+            if not chunk:
+                raise ClientError("the broker closed the connection")
+            buf += chunk
+        return bytes(buf)
+
+
+def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
+    first = bootstrap.split(",", maxsplit=1)[0].strip()
+    host, _, port = first.rpartition(":")
+    return host or "127.0.0.1", int(port or 9092)
