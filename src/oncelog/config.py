@@ -98,6 +98,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.max.timeout.ms", C.INT, "900000"),
     ConfigDef("transactional.id.expiration.ms", C.INT, "604800000"),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", C.INT, "10000"),
+    ConfigDef(
+        "oncelog.testing.crash.after.prepare",
+        C.BOOLEAN,
+        "false",
+        doc=(
+            "TEST FAULT INJECTION, never for production: the broker exits at once (status "
+            "137, like SIGKILL) right after persisting a PrepareCommit/PrepareAbort record, "
+            "before any marker is written, so crash tests reach that point deterministically."
+        ),
+    ),
 )
 
 # Topic-level keys that have no broker-level synonym with a different name.

@@ -20,6 +20,7 @@ from oncelog.broker.context import BrokerContext, RequestContext
 from oncelog.broker.handlers import (
     NO_RESPONSE,
     CloseConnection,
+    add_offsets_to_txn,
     add_partitions_to_txn,
     api_versions,
     create_topics,
@@ -46,6 +47,7 @@ from oncelog.broker.handlers import (
     offset_for_leader_epoch,
     produce,
     sync_group,
+    txn_offset_commit,
     write_txn_markers,
 )
 from oncelog.broker.metrics import BrokerMetrics
@@ -79,7 +81,9 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DELETE_RECORDS: delete_records.handle,
     ApiKey.INIT_PRODUCER_ID: init_producer_id.handle,
     ApiKey.ADD_PARTITIONS_TO_TXN: add_partitions_to_txn.handle,
+    ApiKey.ADD_OFFSETS_TO_TXN: add_offsets_to_txn.handle,
     ApiKey.END_TXN: end_txn.handle,
+    ApiKey.TXN_OFFSET_COMMIT: txn_offset_commit.handle,
     ApiKey.WRITE_TXN_MARKERS: write_txn_markers.handle,
     ApiKey.DESCRIBE_PRODUCERS: describe_producers.handle,
     ApiKey.DESCRIBE_TRANSACTIONS: describe_transactions.handle,

@@ -4,6 +4,9 @@ It owns the `__consumer_offsets` topic (created internal at startup, replayed to
 groups and offsets), appends the records each coordinator operation returns through the
 ordinary partition log before replaying them, and turns `Waiter`s into purgatory `Delayed`s
 that wake when the coordinator fills them. The server runs `tick` at `next_deadline`.
+Transactional offsets are appended as their producer's transactional batches; the
+transaction runtime calls `on_marker` after writing a marker to an offsets partition, and a
+replayed marker does the same, so pending offsets are decided the same way live and at load.
 """
 
 from __future__ import annotations
@@ -18,7 +21,13 @@ from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group import GroupCoordinator, GroupSettings, Result, Waiter
-from oncelog.coordinator.group.records import GroupRecord, decode_batches, encode_batch
+from oncelog.coordinator.group.records import (
+    GroupRecord,
+    TxnEnd,
+    decode_entries,
+    encode_batch,
+)
+from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 
@@ -32,6 +41,17 @@ OFFSETS_TOPIC_CONFIGS = {
     "segment.bytes": "104857600",
 }
 READ_CHUNK = 1 << 20
+
+
+#: Append errors a transactional offset commit's producer should see as they are.
+_PRODUCER_ERRORS = frozenset(
+    {
+        ErrorCode.invalid_producer_epoch,
+        ErrorCode.producer_fenced,
+        ErrorCode.invalid_txn_state,
+        ErrorCode.invalid_producer_id_mapping,
+    }
+)
 
 
 def group_key(group_id: str) -> Hashable:
@@ -95,14 +115,19 @@ class GroupRuntime:
             data = plog.read(offset, READ_CHUNK).records
             if not data:
                 break
-            records, next_offset = decode_batches(data)
+            entries, next_offset = decode_entries(data)
             if next_offset <= offset:
                 log.error("%s: cannot decode the batch at offset %d; stop loading", tp, offset)
                 break
             offset = next_offset
-            for record in records:
-                self.coordinator.replay(record)
-            count += len(records)
+            for entry in entries:
+                if isinstance(entry, TxnEnd):
+                    self.coordinator.complete_txn_offsets(
+                        entry.producer_id, tp.partition, entry.commit
+                    )
+                else:
+                    self.coordinator.replay(entry)
+                    count += 1
         self.coordinator.take_woken()
         return count
 
@@ -117,7 +142,11 @@ class GroupRuntime:
                 self._persist(result.records)
             except KafkaError as exc:
                 log.warning("cannot store group records: %s", exc)
-                code = ErrorCode.coordinator_not_available
+                code = (
+                    exc.code
+                    if exc.code in _PRODUCER_ERRORS
+                    else ErrorCode.coordinator_not_available
+                )
                 response = result.fail(code) if result.fail is not None else response
         self.after_operation()
         return response
@@ -150,6 +179,16 @@ class GroupRuntime:
                 log.warning("cannot store group records: %s", exc)
         self.after_operation()
 
+    def on_marker(self, marker: Marker) -> None:
+        """A transaction marker was written: decide its producer's offsets if it landed on
+        an offsets partition."""
+        if marker.tp.topic != OFFSETS_TOPIC:
+            return
+        self.coordinator.complete_txn_offsets(
+            marker.producer_id, marker.tp.partition, marker.commit
+        )
+        self.after_operation()
+
     def after_operation(self) -> None:
         woken = self.coordinator.take_woken()
         if woken:
@@ -157,15 +196,17 @@ class GroupRuntime:
         self.timers_changed()
 
     def _persist(self, records: list[GroupRecord]) -> None:
-        by_partition: dict[int, list[GroupRecord]] = {}
+        """Append `records` (one batch per partition and producer) and replay them."""
+        batches: dict[tuple[int, int, int], list[GroupRecord]] = {}
         for record in records:
             p = self.coordinator.partition_for(record.key.group_id)
-            by_partition.setdefault(p, []).append(record)
+            batches.setdefault((p, record.producer_id, record.producer_epoch), []).append(record)
         now = self.clock.wall_ms()
         appended = []
-        for p, batch in by_partition.items():
+        for (p, producer_id, epoch), batch in batches.items():
             tp = TopicPartition(OFFSETS_TOPIC, p)
-            self.replicas.append(tp, encode_batch(batch, now))
+            data = encode_batch(batch, now, producer_id, epoch)
+            self.replicas.append(tp, data, coordinator=True)
             appended.append(tp)
             for record in batch:
                 self.coordinator.replay(record)

@@ -167,19 +167,25 @@ class ReplicaManager:
             raise UnknownTopicOrPartition(f"This server does not host {tp}")
         return plog
 
-    def append(self, tp: TopicPartition, records: bytes) -> AppendInfo:
-        """Validate and append one partition's produce data; all or nothing."""
+    def append(
+        self, tp: TopicPartition, records: bytes, *, coordinator: bool = False
+    ) -> AppendInfo:
+        """Validate and append one partition's produce data; all or nothing.
+
+        `coordinator`: the writer is a coordinator of this broker (Kafka's coordinator
+        origin), which verified the producer itself: no KIP-890 check, no sequence rules.
+        """
         plog = self.partition(tp)
         validated = validate_produce_records(records, plog.config.max_message_bytes)
         for _, header in validated.batches:
-            if header.is_transactional:
+            if header.is_transactional and not coordinator:
                 self._verify_transactional(tp, header.producer_id, header.producer_epoch)
             if header.producer_id >= self.producer_ids.allocated_below:
                 raise UnknownProducerId(
                     f"{tp}: producer id {header.producer_id} was never issued by this cluster"
                 )
         try:
-            return plog.append(validated, LEADER_EPOCH)
+            return plog.append(validated, LEADER_EPOCH, check_sequence=not coordinator)
         except OSError as exc:
             log.error("%s: append failed: %s", tp, exc)
             raise KafkaStorageError(f"{tp}: {exc}") from exc

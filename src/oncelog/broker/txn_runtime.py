@@ -10,6 +10,7 @@ finishes every transaction a crash left decided but not completed.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 
 from oncelog.broker.replica_manager import LEADER_EPOCH, ReplicaManager, TopicSpec
@@ -46,6 +47,8 @@ class TxnRuntime:
             clock,
             replicas.producer_ids.next_id,
         )
+        #: Test fault injection (oncelog.testing.crash.after.prepare): die after Prepare*.
+        self._crash_after_prepare = config.get("oncelog.testing.crash.after.prepare") is True
         #: Set by the group runtime: apply a transaction's offsets to its group on a marker.
         self.on_offsets_marker: Callable[[Marker], None] = lambda marker: None
         #: Set by the server: wake fetches waiting on partitions that got markers.
@@ -96,6 +99,12 @@ class TxnRuntime:
             except KafkaError as exc:
                 log.warning("cannot store transaction records: %s", exc)
                 return ErrorCode.coordinator_not_available
+            if self._crash_after_prepare and any(
+                meta is not None and meta.state.is_prepare for _, meta in result.records
+            ):
+                log.critical("oncelog.testing.crash.after.prepare: exiting after Prepare*")
+                logging.shutdown()
+                os._exit(137)
         if result.complete is not None:
             self._finish(result.complete)
         return result.error

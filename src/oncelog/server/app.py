@@ -43,6 +43,7 @@ class BrokerServer:
         self.groups.timers_changed = self._schedule_group_timer
         self.txns = TxnRuntime(config, self.clock, self.replicas)
         self.replicas.txn_verifier = self.txns.coordinator.verify_partition
+        self.txns.on_offsets_marker = self.groups.on_marker
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
         self.connections: set[Connection] = set()

@@ -182,8 +182,13 @@ class PartitionLog:
 
     # -- appends -----------------------------------------------------------------------------
 
-    def append(self, records: ValidatedRecords, leader_epoch: int) -> AppendInfo:
+    def append(
+        self, records: ValidatedRecords, leader_epoch: int, *, check_sequence: bool = True
+    ) -> AppendInfo:
         """Assign offsets to validated batches and append them as one write.
+
+        Without `check_sequence` (a coordinator writing for a producer) there is no duplicate
+        detection and no sequence rule; epochs are still fenced.
 
         1. A retried batch of an idempotent producer that matches one of its cached batches
            is a duplicate: answer with the original offsets and write nothing.
@@ -191,7 +196,7 @@ class PartitionLog:
            checked against a staged copy of its state (epoch, sequence).
         3. The bytes are written; only then is the staged producer state applied.
         """
-        duplicate = self._find_duplicate(records)
+        duplicate = self._find_duplicate(records) if check_sequence else None
         if duplicate is not None:
             return duplicate
         first_ts = records.batches[0][1].max_timestamp
@@ -224,7 +229,7 @@ class PartitionLog:
                     info = staged[stored.producer_id] = self.producer_state.prepare(
                         stored.producer_id
                     )
-                info.append(stored)
+                info.append(stored, check_sequence=check_sequence)
             assigned.append((written, stored))
             written += header.size
             next_offset += header.last_offset_delta + 1

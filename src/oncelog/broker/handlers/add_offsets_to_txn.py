@@ -7,6 +7,7 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
+from oncelog.broker.handlers.txn_errors import for_version
 from oncelog.types import TopicPartition
 
 
@@ -16,4 +17,5 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     result = ctx.broker.txns.coordinator.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp]
     )
-    return {"throttle_time": 0, "error_code": ctx.broker.txns.run(result)}
+    code = for_version(ctx.broker.txns.run(result), ctx.api_key, ctx.api_version)
+    return {"throttle_time": 0, "error_code": code}

@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.txn_errors import for_version
 from oncelog.errors import ErrorCode
 from oncelog.types import TopicPartition
 
@@ -34,7 +35,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             request.v3_and_below_producer_epoch,
             tps,
         )
-        code = txns.run(result)
+        code = for_version(txns.run(result), ctx.api_key, ctx.api_version)
         codes = dict.fromkeys(tps, code)
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, code in codes.items():

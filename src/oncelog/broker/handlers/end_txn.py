@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.txn_errors import for_version
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -16,4 +17,5 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         request.producer_epoch,
         bool(request.committed),
     )
-    return {"throttle_time": 0, "error_code": txns.run(result)}
+    code = for_version(txns.run(result), ctx.api_key, ctx.api_version)
+    return {"throttle_time": 0, "error_code": code}

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.txn_errors import for_version
 from oncelog.errors import ErrorCode
 
 
@@ -23,7 +24,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             getattr(request, "producer_id", -1),
             getattr(request, "producer_epoch", -1),
         )
-        code = txns.run(result)
+        code = for_version(txns.run(result), ctx.api_key, ctx.api_version)
         if code != ErrorCode.none:
             return _answer(code, -1, -1)
         return _answer(code, result.producer_id, result.producer_epoch)

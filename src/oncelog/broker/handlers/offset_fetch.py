@@ -1,8 +1,10 @@
 """OffsetFetch (9), v1-v7: a group's committed offsets (-1 where nothing is committed).
 
-v2+ may ask for every partition the group has (topics null). `require_stable` (v7) is
-accepted; with no transactions yet, no offset is ever pending. The batched multi-group form
-(v8+) is not offered.
+v2+ may ask for every partition the group has (topics null). With `require_stable` (v7) a
+partition whose transactional offsets still wait for their transaction's marker answers
+UNSTABLE_OFFSET_COMMIT (the client retries), so a consumer taking over from a transactional
+copier never starts from an offset that is about to change. Without it the last committed
+offset is returned. The batched multi-group form (v8+) is not offered.
 """
 
 from __future__ import annotations
@@ -20,15 +22,21 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if request.topics is not None:
         wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
     found = coordinator.fetch_offsets(request.group_id, wanted)
+    unstable = set()
+    if getattr(request, "require_stable", False):
+        unstable = coordinator.unstable_partitions(request.group_id)
     topics: dict[str, list[dict[str, Any]]] = {}
-    for tp, value in found.items():
+    for tp, stored in found.items():
+        value = None if tp in unstable else stored
         topics.setdefault(tp.topic, []).append(
             {
                 "partition_index": tp.partition,
                 "committed_offset": value.offset if value else -1,
                 "committed_leader_epoch": value.leader_epoch if value else -1,
                 "metadata": value.metadata if value else "",
-                "error_code": ErrorCode.none,
+                "error_code": (
+                    ErrorCode.unstable_offset_commit if tp in unstable else ErrorCode.none
+                ),
             }
         )
     return {

@@ -12,6 +12,7 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.replica_manager import LEADER_EPOCH
+from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
 
@@ -40,6 +41,16 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                             LEADER_EPOCH,
                         )
                         touched.append(tp)
+                        # Offsets staged by TxnOffsetCommit are decided by this marker.
+                        ctx.broker.groups.on_marker(
+                            Marker(
+                                tp,
+                                marker.producer_id,
+                                marker.producer_epoch,
+                                bool(marker.transaction_result),
+                                marker.coordinator_epoch,
+                            )
+                        )
                     except KafkaError as exc:
                         code = exc.code
                 partitions.append({"partition_index": index, "error_code": code})

@@ -14,6 +14,10 @@ Theory of operation (sans-IO, event-sourced, clock injected):
 4. Timers are data: `next_deadline()` says when `tick(now)` must run next; `tick` expires
    sessions, ends join phases (rebalance timeout, initial delay) and evicts members that never
    sent SyncGroup. `take_woken()` names the groups whose waiters were filled.
+5. Transactional offsets (TxnOffsetCommit) are records of the producer's transaction: replayed,
+   they wait per (group, producer id); the COMMIT marker on the group's partition (`TxnEnd`,
+   live or replayed) turns them into committed offsets, ABORT drops them. Members are fenced
+   by generation and member id when the request names them (KIP-447).
 """
 
 from __future__ import annotations
@@ -114,6 +118,9 @@ class GroupCoordinator:
         self.clock = clock
         self.groups: dict[str, Group] = {}
         self._woken: set[str] = set()
+        #: Count of replayed records: their order in the log, which decides whether a
+        #: committed transaction's offset is newer than a plain commit of the same partition.
+        self._position = 0
         self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
 
     def partition_for(self, group_id: str) -> int:
@@ -505,6 +512,64 @@ class GroupCoordinator:
             return E.rebalance_in_progress
         return E.none
 
+    def commit_txn_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation: int,
+        member_id: str,
+        instance_id: str | None,
+        offsets: dict[TopicPartition, OffsetValue],
+    ) -> Result:
+        """TxnOffsetCommit; the producer was verified by the broker (its transaction holds
+        this group's partition). The records are transactional: they count once the
+        transaction's COMMIT marker is replayed."""
+        code = self._check_txn_commit(group_id, generation, member_id, instance_id)
+        if code is not E.none:
+            return Result(dict.fromkeys(offsets, code))
+        response: dict[TopicPartition, ErrorCode] = {}
+        records = []
+        for tp, value in offsets.items():
+            if len(value.metadata.encode()) > self.settings.max_metadata_bytes:
+                response[tp] = E.offset_metadata_too_large
+                continue
+            response[tp] = E.none
+            key = OffsetKey(group_id, tp.topic, tp.partition)
+            records.append(GroupRecord(key, value, producer_id, producer_epoch))
+        ok = [tp for tp, c in response.items() if c is E.none]
+
+        def fail(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return {**response, **dict.fromkeys(ok, code)}
+
+        return Result(response, records, fail)
+
+    def _check_txn_commit(
+        self, group_id: str, generation: int, member_id: str, instance_id: str | None
+    ) -> ErrorCode:
+        """Kafka's checks for transactional commits: a member named must be in the group and
+        a generation given (>= 0) must be current; generation -1 without a member id is a
+        producer outside group management, accepted. A rebalance in progress is no error."""
+        if not group_id:
+            return E.invalid_group_id
+        group = self.groups.get(group_id) or Group(group_id)
+        if group.in_state(S.DEAD):
+            return E.coordinator_not_available
+        if group.is_fenced(member_id, instance_id):
+            return E.fenced_instance_id
+        if member_id and member_id not in group.members:
+            return E.unknown_member_id
+        if generation >= 0 and generation != group.generation:
+            return E.illegal_generation
+        return E.none
+
+    def unstable_partitions(self, group_id: str) -> set[TopicPartition]:
+        """Partitions with transactional offsets still waiting for their marker."""
+        group = self.groups.get(group_id)
+        if group is None:
+            return set()
+        return {tp for pending in group.pending_txn_offsets.values() for tp in pending}
+
     def fetch_offsets(
         self, group_id: str, partitions: Iterable[TopicPartition] | None
     ) -> dict[TopicPartition, OffsetValue | None]:
@@ -548,17 +613,27 @@ class GroupCoordinator:
     # == Replay ================================================================================
 
     def replay(self, record: GroupRecord) -> None:
-        """Apply one record of `__consumer_offsets`: the only way durable state changes."""
+        """Apply one record of `__consumer_offsets`: the only way durable state changes
+        (markers, `TxnEnd`, go to `complete_txn_offsets`)."""
+        self._position += 1
         key = record.key
         if isinstance(key, OffsetKey):
             tp = TopicPartition(key.topic, key.partition)
+            if record.producer_id >= 0:
+                assert isinstance(record.value, OffsetValue)
+                pending = self._group(key.group_id).pending_txn_offsets
+                pending.setdefault(record.producer_id, {})[tp] = (record.value, self._position)
+                return
+            group = self.groups.get(key.group_id)
             if record.value is None:
-                group = self.groups.get(key.group_id)
                 if group is not None:
                     group.offsets.pop(tp, None)
+                    group.offset_positions[tp] = self._position
                 return
             assert isinstance(record.value, OffsetValue)
-            self._group(key.group_id).offsets[tp] = record.value
+            group = self._group(key.group_id)
+            group.offsets[tp] = record.value
+            group.offset_positions[tp] = self._position
             return
         if record.value is None:
             group = self.groups.pop(key.group_id, None)
@@ -569,6 +644,24 @@ class GroupCoordinator:
             return
         assert isinstance(record.value, GroupValue)
         self._apply_group_value(self._group(key.group_id), record.value)
+
+    def complete_txn_offsets(self, producer_id: int, partition: int, commit: bool) -> None:
+        """A COMMIT/ABORT marker of `producer_id` landed on `__consumer_offsets` partition
+        `partition`: its pending offsets in the groups of that partition are committed (unless
+        a plain commit written after them exists) or dropped."""
+        self._position += 1
+        for group in self.groups.values():
+            if producer_id not in group.pending_txn_offsets:
+                continue
+            if self.partition_for(group.group_id) != partition:
+                continue
+            pending = group.pending_txn_offsets.pop(producer_id)
+            if not commit:
+                continue
+            for tp, (value, position) in pending.items():
+                if group.offset_positions.get(tp, -1) < position:
+                    group.offsets[tp] = value
+                    group.offset_positions[tp] = position
 
     def _group(self, group_id: str) -> Group:
         group = self.groups.get(group_id)

@@ -38,6 +38,12 @@ class Group:
         #: Member ids handed out with MEMBER_ID_REQUIRED (KIP-394) -> when they expire.
         self.pending_members: dict[str, int] = {}
         self.offsets: dict[TopicPartition, OffsetValue] = {}
+        #: Transactional offsets awaiting their producer's marker: producer id -> partition
+        #: -> (offset, replay position). The marker commits or drops them.
+        self.pending_txn_offsets: dict[int, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
+        #: Replay position of each partition's last plain commit: a transactional offset
+        #: written before it must not overwrite it when its transaction commits later.
+        self.offset_positions: dict[TopicPartition, int] = {}
         self.timers = Deadlines()
         #: A new member joined during the initial rebalance delay (which then extends).
         self.new_member_added = False
@@ -49,6 +55,9 @@ class Group:
 
     def in_state(self, *states: GroupState) -> bool:
         return self.state in states
+
+    def has_pending_offsets(self, tp: TopicPartition) -> bool:
+        return any(tp in pending for pending in self.pending_txn_offsets.values())
 
     # -- membership ---------------------------------------------------------------------------
 

@@ -4,6 +4,10 @@ Every key and value starts with an int16 schema version. Keys: version 0/1 is an
 commit (group, topic, partition), version 2 is group metadata (group). We write
 OffsetCommitValue v3 and GroupMetadataValue v3 (the last non-flexible versions) and read
 v0-v3 of both. A record with a null value (tombstone) deletes its key.
+
+Transactional offset commits (TxnOffsetCommit) travel in TRANSACTIONAL batches carrying the
+producer id and epoch, so the partition tracks them as an open transaction and the COMMIT or
+ABORT control batch that follows decides them; `decode_entries` returns both, in log order.
 """
 
 from __future__ import annotations
@@ -11,8 +15,14 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from oncelog.protocol.records.batch import HEADER_SIZE, build_batch, iter_batches
+from oncelog.protocol.records.batch import (
+    HEADER_SIZE,
+    TRANSACTIONAL_FLAG,
+    build_batch,
+    iter_batches,
+)
 from oncelog.protocol.records.compression import decompress
+from oncelog.protocol.records.control import ControlRecordError, parse_marker
 from oncelog.protocol.records.record import decode_varint, encode_record
 
 OFFSET_KEY_VERSION = 1
@@ -92,10 +102,24 @@ Value = OffsetValue | GroupValue
 
 @dataclass(frozen=True, slots=True)
 class GroupRecord:
-    """One record of the offsets topic; `value` None is a tombstone."""
+    """One record of the offsets topic; `value` None is a tombstone. A transactional offset
+    commit names its producer (id >= 0): it stays pending until that producer's marker."""
 
     key: Key
     value: Value | None
+    producer_id: int = -1
+    producer_epoch: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class TxnEnd:
+    """A COMMIT/ABORT marker in the offsets topic: decides `producer_id`'s pending offsets."""
+
+    producer_id: int
+    commit: bool
+
+
+LogEntry = GroupRecord | TxnEnd
 
 
 # -- encoding ----------------------------------------------------------------------------------
@@ -256,20 +280,36 @@ def _decode_group(r: _Reader, version: int) -> GroupValue:
 def decode_batches(data: bytes | memoryview) -> tuple[list[GroupRecord], int]:
     """Every group record in stored batches (control batches skipped), and the offset after
     the last whole batch (-1 if there was none)."""
-    out: list[GroupRecord] = []
+    entries, next_offset = decode_entries(data)
+    return [e for e in entries if isinstance(e, GroupRecord)], next_offset
+
+
+def decode_entries(data: bytes | memoryview) -> tuple[list[LogEntry], int]:
+    """Group records and transaction markers of stored batches in log order, and the offset
+    after the last whole batch (-1 if there was none). Replaying these rebuilds the
+    coordinator, transactional offsets included."""
+    out: list[LogEntry] = []
     next_offset = -1
     for pos, header in iter_batches(data):
         next_offset = header.next_offset
         if header.is_control:
+            try:
+                commit, _ = parse_marker(data[pos : pos + header.size])
+            except ControlRecordError:
+                continue  # not a transaction marker: nothing for the coordinator
+            out.append(TxnEnd(header.producer_id, commit))
             continue
         body = bytes(data[pos + HEADER_SIZE : pos + header.size])
         if header.compression:
             body = decompress(header.compression, body)
+        pid, epoch = (
+            (header.producer_id, header.producer_epoch) if header.is_transactional else (-1, -1)
+        )
         for raw_key, raw_value in _records(body, header.record_count):
             if raw_key is None:
                 continue
             key = decode_key(raw_key)
-            out.append(GroupRecord(key, decode_value(key, raw_value)))
+            out.append(GroupRecord(key, decode_value(key, raw_value), pid, epoch))
     return out, next_offset
 
 
@@ -291,12 +331,17 @@ def _records(body: bytes, count: int) -> list[tuple[bytes | None, bytes | None]]
     return out
 
 
-def encode_batch(records: list[GroupRecord], timestamp: int) -> bytes:
-    """One uncompressed batch holding `records`, ready for the partition log's append."""
+def encode_batch(
+    records: list[GroupRecord], timestamp: int, producer_id: int = -1, producer_epoch: int = -1
+) -> bytes:
+    """One uncompressed batch holding `records`, ready for the partition log's append; with
+    a producer id it is a transactional batch of that producer (sequence from 0, unchecked:
+    the coordinator is the writer, as Kafka's coordinator-origin appends)."""
     body = b"".join(
         encode_record(offset_delta=i, key=encode_key(r.key), value=encode_value(r.value))
         for i, r in enumerate(records)
     )
+    transactional = producer_id >= 0
     return build_batch(
         base_offset=0,
         records=body,
@@ -304,4 +349,8 @@ def encode_batch(records: list[GroupRecord], timestamp: int) -> bytes:
         last_offset_delta=len(records) - 1,
         base_timestamp=timestamp,
         max_timestamp=timestamp,
+        attributes=TRANSACTIONAL_FLAG if transactional else 0,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=0 if transactional else -1,
     )

@@ -244,7 +244,7 @@ class TransactionCoordinator:
         if txn_id is None:
             return ErrorCode.invalid_producer_id_mapping
         meta = self.transactions[txn_id]
-        if epoch < meta.producer_epoch:
+        if epoch != meta.producer_epoch:
             return ErrorCode.invalid_producer_epoch
         if meta.state != TxnState.ONGOING or tp not in meta.partitions:
             return ErrorCode.invalid_txn_state

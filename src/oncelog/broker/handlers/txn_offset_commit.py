@@ -1,0 +1,74 @@
+"""TxnOffsetCommit (28), v0-3: a transactional producer commits a group's offsets inside its
+transaction (consume-transform-produce).
+
+1. The producer is verified with the transaction coordinator: its transactional id maps to
+   this producer id (else INVALID_PRODUCER_ID_MAPPING), its epoch is current (else
+   INVALID_PRODUCER_EPOCH, the code every version knows as fenced), and its ongoing
+   transaction holds the group's `__consumer_offsets` partition, added by AddOffsetsToTxn
+   (else INVALID_TXN_STATE).
+2. The group coordinator fences stale members (v3, KIP-447) and stages the offsets as
+   transactional records; the transaction's marker commits or drops them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker.context import RequestContext
+from oncelog.broker.group_runtime import OFFSETS_TOPIC
+from oncelog.coordinator.group.records import OffsetValue
+from oncelog.errors import ErrorCode
+from oncelog.types import TopicPartition
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    runtime = ctx.broker.groups
+    now = ctx.broker.clock.wall_ms()
+    errors: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetValue] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topics:
+        image = ctx.broker.replicas.topic(topic.name)
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            order.append(tp)
+            if image is None or not 0 <= p.partition_index < image.partitions:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            epoch = getattr(p, "committed_leader_epoch", -1)
+            offsets[tp] = OffsetValue(p.committed_offset, epoch, p.committed_metadata or "", now)
+    if offsets:
+        code = _verify_producer(ctx, request)
+        if code is not ErrorCode.none:
+            errors.update(dict.fromkeys(offsets, code))
+        else:
+            result = runtime.coordinator.commit_txn_offsets(
+                request.group_id,
+                request.producer_id,
+                request.producer_epoch,
+                getattr(request, "generation_id", -1),
+                getattr(request, "member_id", ""),
+                getattr(request, "group_instance_id", None),
+                offsets,
+            )
+            errors.update(runtime.complete(result))
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp in order:
+        topics.setdefault(tp.topic, []).append(
+            {"partition_index": tp.partition, "error_code": errors[tp]}
+        )
+    return {
+        "throttle_time": 0,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }
+
+
+def _verify_producer(ctx: RequestContext, request: Any) -> ErrorCode:
+    txns = ctx.broker.txns.coordinator
+    if txns.transactional_id_of(request.producer_id) != request.transactional_id:
+        return ErrorCode.invalid_producer_id_mapping
+    partition = ctx.broker.groups.coordinator.partition_for(request.group_id)
+    code = txns.verify_partition(
+        request.producer_id, request.producer_epoch, TopicPartition(OFFSETS_TOPIC, partition)
+    )
+    return ErrorCode(code)
