@@ -337,10 +337,19 @@ def copier_script(tmp_path: Path) -> Iterator[Path]:
     yield path
 
 
-def _committed(bs: str, topic: str, partitions: int, group: str) -> list[int]:
-    c = consumer(bs, "read_committed", group)
+def _committed(
+    bs: str,
+    topic: str,
+    partitions: int,
+    group: str,
+    isolation: str = "read_committed",
+    timeout: float = 10,
+) -> list[int]:
+    """The group's committed offsets; read_committed asks with require_stable, which
+    librdkafka retries while offsets of an open transaction are pending."""
+    c = consumer(bs, isolation, group)
     try:
-        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=10)
+        got = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=timeout)
         return [tp.offset for tp in got]
     finally:
         c.close()
@@ -426,3 +435,29 @@ def test_zombie_txn_offset_commit_with_old_generation_is_refused(tbroker: Broker
     a.close()
     b.close()
     assert _committed(bs, "tx-zombie", 2, group) == [-1001, -1001]
+
+
+def test_transactional_offsets_survive_broker_sigkill(tbroker: BrokerProcess) -> None:
+    """Replay at startup: a committed transaction's offsets stay committed, an open one's
+    stay pending (invisible) until its COMMIT marker, which a later replay also honours."""
+    bs = tbroker.bootstrap
+    create_topic(bs, "tx-offs", 1)
+    group = "offs-group"
+    outsider = consumer(bs, "read_uncommitted", group)  # never joins: generation -1
+    cgm = outsider.consumer_group_metadata()
+    outsider.close()
+    p = tx_producer(bs, "offs-1")
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("tx-offs", 0, 5)], cgm, 30)
+    p.commit_transaction(30)
+    assert _committed(bs, "tx-offs", 1, group) == [5]
+    p.begin_transaction()
+    p.send_offsets_to_transaction([TopicPartition("tx-offs", 0, 9)], cgm, 30)
+    tbroker.restart(kill=True)
+    assert _committed(bs, "tx-offs", 1, group, "read_uncommitted") == [5]
+    with pytest.raises(KafkaException):  # require_stable: UNSTABLE_OFFSET_COMMIT until decided
+        _committed(bs, "tx-offs", 1, group, timeout=2)
+    p.commit_transaction(30)
+    assert _committed(bs, "tx-offs", 1, group) == [9]
+    tbroker.restart(kill=True)
+    assert _committed(bs, "tx-offs", 1, group) == [9]
