@@ -4,8 +4,8 @@ Offsets: `log_start_offset` (first readable, moved by retention and DeleteRecord
 `log_end_offset` (next offset to assign) and `high_watermark` (last offset known replicated;
 on a single broker every append is fully replicated, so it follows the end).
 
-Appends take validated batches, rewrite their base offsets and write them with one
-`os.write`; reads return whole stored batches as bytes.
+Appends take validated batches, rewrite their base offsets and write them in one vectored
+write (`os.writev`); reads return whole stored batches as bytes or a view of them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import logging
-import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -619,7 +618,3 @@ def _cut_at(data: bytes | memoryview, bound: int) -> bytes | memoryview:
             break
         end = pos + header.size
     return memoryview(data)[:end] if end != len(data) else data
-
-
-def directory_size(path: Path) -> int:
-    return sum(os.path.getsize(p) for p in path.iterdir() if p.is_file())
