@@ -20,7 +20,13 @@ from oncelog.coordinator.group.records import partition_for
 from oncelog.coordinator.txn import Marker, TransactionCoordinator, TxnSettings
 from oncelog.coordinator.txn.coordinator import TxnRecord, TxnResult
 from oncelog.coordinator.txn.records import decode_batches, encode_batch
-from oncelog.errors import ErrorCode, KafkaError
+from oncelog.errors import (
+    ErrorCode,
+    InvalidProducerEpoch,
+    KafkaError,
+    ProducerFenced,
+    TransactionCoordinatorFenced,
+)
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -110,26 +116,40 @@ class TxnRuntime:
         return result.error
 
     def tick(self) -> None:
-        """Abort timed-out transactions, expire idle transactional ids."""
+        """Abort timed-out transactions, expire idle transactional ids, and retry the
+        markers of decided transactions whose markers could not all be written."""
         for result in self.coordinator.expire():
             if result.complete is not None:
                 log.info("aborting transaction %s: transaction.timeout.ms passed", result.complete)
             self.run(result)
+        for txn_id in self.coordinator.pending():
+            self._finish(txn_id)
 
     def _finish(self, txn_id: str) -> None:
-        """Write the markers of a decided transaction, then persist its completion."""
+        """Write the markers of a decided transaction, then persist its completion. If a
+        marker fails, the transaction stays Prepare* and `tick` writes them again (markers
+        are idempotent): completing it would leave that partition's transaction open."""
         touched: list[TopicPartition] = []
+        failed = 0
         for marker in self.coordinator.markers(txn_id):
-            if self._write_marker(marker):
+            written = self._write_marker(marker)
+            if written is None:
+                failed += 1
+            elif written:
                 touched.append(marker.tp)
         self.notify(touched)
+        if failed:
+            log.error("transaction %s: %d markers not written; retrying later", txn_id, failed)
+            return
         try:
             self._persist(self.coordinator.complete(txn_id))
         except KafkaError as exc:
             # The Prepare* record stays; the next start (or retry) completes it.
             log.error("cannot complete transaction %s: %s", txn_id, exc)
 
-    def _write_marker(self, marker: Marker) -> bool:
+    def _write_marker(self, marker: Marker) -> bool | None:
+        """True: written; False: nothing to write (partition gone, or fenced by a newer
+        epoch); None: failed, to retry."""
         plog = self.replicas.logs.get(marker.tp)
         if plog is None:
             log.warning("transaction marker for %s skipped: partition is gone", marker.tp)
@@ -142,12 +162,13 @@ class TxnRuntime:
                 marker.commit,
                 LEADER_EPOCH,
             )
-        except KafkaError as exc:
-            log.error("cannot write transaction marker to %s: %s", marker.tp, exc)
+        except (ProducerFenced, InvalidProducerEpoch, TransactionCoordinatorFenced) as exc:
+            # A newer epoch already ended the transaction here: nothing left to decide.
+            log.warning("transaction marker for %s not needed: %s", marker.tp, exc)
             return False
-        except OSError as exc:
+        except (KafkaError, OSError) as exc:
             log.error("cannot write transaction marker to %s: %s", marker.tp, exc)
-            return False
+            return None
         self.on_offsets_marker(marker)
         return True
 
