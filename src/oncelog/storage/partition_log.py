@@ -161,6 +161,10 @@ class PartitionLog:
         self.segments.append(segment)
         self._bases.append(segment.base_offset)
 
+    def _segment_index(self, offset: int) -> int:
+        """Index of the segment that holds `offset` (the first one if it lies below)."""
+        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+
     # -- offsets -----------------------------------------------------------------------------
 
     @property
@@ -349,8 +353,7 @@ class PartitionLog:
         return AppendInfo(offset, offset, -1, self.log_start_offset)
 
     def _index_abort(self, txn: CompletedTxn) -> None:
-        i = max(bisect.bisect_right(self._bases, txn.last_offset) - 1, 0)
-        index = self.segments[i].txn_index
+        index = self.segments[self._segment_index(txn.last_offset)].txn_index
         if any(
             t.producer_id == txn.producer_id and t.last_offset == txn.last_offset
             for t in index.entries
@@ -363,9 +366,7 @@ class PartitionLog:
     def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper), as read_committed fetches need."""
         out: list[AbortedTxn] = []
-        for segment in self.segments:
-            if segment.next_offset <= start:
-                continue
+        for segment in self.segments[self._segment_index(start) :]:
             for txn in segment.txn_index.entries:
                 if txn.last_offset >= start and txn.first_offset < upper:
                     out.append(txn)
@@ -453,16 +454,18 @@ class PartitionLog:
                 f"{self.log_end_offset}]"
             )
         data: bytes | memoryview = b""
+        data_end = -1
         if offset < bound:
-            i = max(bisect.bisect_right(self._bases, offset) - 1, 0)
+            max_offset = bound if bound < self.log_end_offset else None
+            i = self._segment_index(offset)
             while i < len(self.segments) and not data:
-                data = self.segments[i].read(offset, max_bytes, min_one=min_one)
+                data, data_end = self.segments[i].read_batches(
+                    offset, max_bytes, min_one=min_one, max_offset=max_offset
+                )
                 i += 1
-            if bound < self.log_end_offset:
-                data = _cut_at(data, bound)
-        aborted = self.aborted_transactions(offset, bound) if read_committed and data else None
-        if read_committed and aborted is None:
-            aborted = []
+        aborted = None
+        if read_committed:
+            aborted = self.aborted_transactions(offset, data_end) if data else []
         return ReadResult(data, hw, self.log_start_offset, self.log_end_offset, lso, aborted)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
@@ -606,15 +609,3 @@ def _segment_may_hold(base: int, bases: list[int], recovery_point: int) -> bool:
     i = bases.index(base)
     next_base = bases[i + 1] if i + 1 < len(bases) else None
     return next_base is None or next_base > recovery_point
-
-
-def _cut_at(data: bytes | memoryview, bound: int) -> bytes | memoryview:
-    """Keep whole batches whose base offset is below `bound`."""
-    if not data:
-        return data
-    end = 0
-    for pos, header in iter_batches(data):
-        if header.base_offset >= bound:
-            break
-        end = pos + header.size
-    return memoryview(data)[:end] if end != len(data) else data

@@ -226,23 +226,38 @@ class LogSegment:
             pos += header.size
         return None
 
-    def read(self, offset: int, max_bytes: int, *, min_one: bool = True) -> bytes | memoryview:
-        """Whole batches from the one containing `offset`, up to `max_bytes`; with `min_one`
-        at least the first batch whatever its size. A view, not a copy, when cut short."""
+    def read(
+        self, offset: int, max_bytes: int, *, min_one: bool = True, max_offset: int | None = None
+    ) -> bytes | memoryview:
+        """Whole batches from the one containing `offset`, up to `max_bytes` and (if given)
+        below a batch whose base offset is `max_offset` or more; with `min_one` at least the
+        first batch whatever its size. A view, not a copy, when cut short."""
+        return self.read_batches(offset, max_bytes, min_one=min_one, max_offset=max_offset)[0]
+
+    def read_batches(
+        self, offset: int, max_bytes: int, *, min_one: bool = True, max_offset: int | None = None
+    ) -> tuple[bytes | memoryview, int]:
+        """`read`, plus the offset after the last batch returned (-1 when none is)."""
         start = self.position_of(offset)
         end = self.size
         if start is None or start >= end or (max_bytes <= 0 and not min_one):
-            return b""
+            return b"", -1
         data = os.pread(self._fd, min(max(max_bytes, HEADER_SIZE), end - start), start)
         cut = 0
+        next_offset = -1
         for rel, header in iter_batches(data):
+            if max_offset is not None and header.base_offset >= max_offset:
+                break
             cut = rel + header.size
+            next_offset = header.next_offset
         if cut == 0:
             if not min_one or len(data) < HEADER_SIZE:
-                return b""
+                return b"", -1
             first = parse_header(data, 0)
-            return os.pread(self._fd, min(first.size, end - start), start)
-        return data if cut == len(data) else memoryview(data)[:cut]
+            if max_offset is not None and first.base_offset >= max_offset:
+                return b"", -1
+            return os.pread(self._fd, min(first.size, end - start), start), first.next_offset
+        return (data if cut == len(data) else memoryview(data)[:cut]), next_offset
 
     def headers_from(self, offset: int) -> list[tuple[int, BatchHeader]]:
         """(position, header) of each batch from the one holding `offset` to the end."""
