@@ -35,7 +35,7 @@ from oncelog.protocol.records.batch import (
     rewrite_offsets,
     set_log_append_time,
 )
-from oncelog.protocol.records.compression import Codec, decompress
+from oncelog.protocol.records.compression import batch_records
 from oncelog.protocol.records.control import build_marker, parse_marker
 from oncelog.protocol.records.record import record_offsets_and_timestamps
 from oncelog.storage.segment import LogSegment
@@ -493,13 +493,13 @@ class PartitionLog:
         if len(batch) < HEADER_SIZE:
             return None, segment.next_offset
         header = parse_header(batch, 0)
-        body = memoryview(batch)[HEADER_SIZE : header.size]
         if header.log_append_time:
             return (max(header.base_offset, offset), header.max_timestamp), header.next_offset
-        if header.compression != Codec.NONE:
-            body = memoryview(decompress(header.compression, body))
         for rec_offset, rec_ts in record_offsets_and_timestamps(
-            body, header.base_offset, header.base_timestamp, header.record_count
+            batch_records(batch, 0, header),
+            header.base_offset,
+            header.base_timestamp,
+            header.record_count,
         ):
             if rec_ts >= timestamp and rec_offset >= offset:
                 return (rec_offset, rec_ts), header.next_offset

@@ -15,15 +15,10 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from oncelog.protocol.records.batch import (
-    HEADER_SIZE,
-    TRANSACTIONAL_FLAG,
-    build_batch,
-    iter_batches,
-)
-from oncelog.protocol.records.compression import decompress
+from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, build_batch, iter_batches
+from oncelog.protocol.records.compression import batch_records
 from oncelog.protocol.records.control import ControlRecordError, parse_marker
-from oncelog.protocol.records.record import decode_varint, encode_record
+from oncelog.protocol.records.record import encode_record, record_keys_and_values
 
 OFFSET_KEY_VERSION = 1
 GROUP_KEY_VERSION = 2
@@ -299,36 +294,16 @@ def decode_entries(data: bytes | memoryview) -> tuple[list[LogEntry], int]:
                 continue  # not a transaction marker: nothing for the coordinator
             out.append(TxnEnd(header.producer_id, commit))
             continue
-        body = bytes(data[pos + HEADER_SIZE : pos + header.size])
-        if header.compression:
-            body = decompress(header.compression, body)
+        body = batch_records(data, pos, header)
         pid, epoch = (
             (header.producer_id, header.producer_epoch) if header.is_transactional else (-1, -1)
         )
-        for raw_key, raw_value in _records(body, header.record_count):
+        for raw_key, raw_value in record_keys_and_values(body, header.record_count):
             if raw_key is None:
                 continue
             key = decode_key(raw_key)
             out.append(GroupRecord(key, decode_value(key, raw_value), pid, epoch))
     return out, next_offset
-
-
-def _records(body: bytes, count: int) -> list[tuple[bytes | None, bytes | None]]:
-    out: list[tuple[bytes | None, bytes | None]] = []
-    pos, end = 0, len(body)
-    for _ in range(count):
-        length, start = decode_varint(body, pos, end)
-        record_end = start + length
-        _, p = decode_varint(body, start + 1, record_end)  # timestamp delta
-        _, p = decode_varint(body, p, record_end)  # offset delta
-        blobs: list[bytes | None] = []
-        for _ in range(2):
-            n, p = decode_varint(body, p, record_end)
-            blobs.append(None if n < 0 else body[p : p + n])
-            p += max(n, 0)
-        out.append((blobs[0], blobs[1]))
-        pos = record_end
-    return out
 
 
 def encode_batch(

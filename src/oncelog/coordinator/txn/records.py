@@ -15,8 +15,8 @@ from collections import defaultdict
 from oncelog.coordinator.txn.metadata import TxnMetadata
 from oncelog.coordinator.txn.state import TxnState
 from oncelog.protocol.records.batch import build_batch, iter_batches
-from oncelog.protocol.records.compression import decompress
-from oncelog.protocol.records.record import decode_varint, encode_record
+from oncelog.protocol.records.compression import batch_records
+from oncelog.protocol.records.record import encode_record, record_keys_and_values
 from oncelog.types import TopicPartition
 
 _I16 = struct.Struct(">h")
@@ -112,20 +112,9 @@ def decode_batches(data: bytes | memoryview) -> tuple[list[tuple[str, TxnMetadat
         next_offset = header.next_offset
         if header.is_control:
             continue
-        body = bytes(data[pos + 61 : pos + header.size])
-        if header.compression:
-            body = decompress(header.compression, body)
-        cursor = 0
-        for _ in range(header.record_count):
-            length, start = decode_varint(body, cursor, len(body))
-            end = start + length
-            _, p = decode_varint(body, start + 1, end)
-            _, p = decode_varint(body, p, end)
-            klen, p = decode_varint(body, p, end)
-            key = body[p : p + klen]
-            p += klen
-            vlen, p = decode_varint(body, p, end)
-            value = None if vlen < 0 else body[p : p + vlen]
+        body = batch_records(data, pos, header)
+        for key, value in record_keys_and_values(body, header.record_count):
+            if key is None:
+                raise TxnRecordError("transaction record without a key")
             out.append(decode(key, value))
-            cursor = end
     return out, next_offset

@@ -15,6 +15,8 @@ import lz4.frame
 import snappy
 import zstandard
 
+from oncelog.protocol.records.batch import HEADER_SIZE, BatchHeader
+
 MAX_DECOMPRESSED_BYTES = 64 * 1024 * 1024
 _XERIAL_MAGIC = b"\x82SNAPPY\x00"
 
@@ -29,6 +31,12 @@ class Codec(IntEnum):
 
 class DecompressionError(ValueError):
     """The payload does not decompress, or decompresses to more than the cap."""
+
+
+def batch_records(data: bytes | memoryview, pos: int, header: BatchHeader) -> bytes:
+    """The record bytes of the stored batch at `pos`, decompressed if it is compressed."""
+    body = data[pos + HEADER_SIZE : pos + header.size]
+    return decompress(header.compression, body) if header.compression else bytes(body)
 
 
 def decompress(codec: int, data: bytes | memoryview, limit: int = MAX_DECOMPRESSED_BYTES) -> bytes:

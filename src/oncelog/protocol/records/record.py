@@ -136,3 +136,27 @@ def record_offsets_and_timestamps(
         out.append((base_offset + offset_delta, base_timestamp + ts_delta))
         pos = record_end
     return out
+
+
+def record_keys_and_values(
+    records: bytes | bytearray | memoryview, count: int
+) -> list[tuple[bytes | None, bytes | None]]:
+    """(key, value) of each record of a decompressed batch body; None for a null one.
+
+    Used off the hot path only (coordinators replaying their internal topics).
+    """
+    out: list[tuple[bytes | None, bytes | None]] = []
+    pos, end = 0, len(records)
+    for _ in range(count):
+        length, body = decode_varint(records, pos, end)
+        record_end = body + length
+        _, p = decode_varint(records, body + 1, record_end)  # timestamp delta
+        _, p = decode_varint(records, p, record_end)  # offset delta
+        key_len, p = decode_varint(records, p, record_end)
+        key = None if key_len < 0 else bytes(records[p : p + key_len])
+        p += max(key_len, 0)
+        value_len, p = decode_varint(records, p, record_end)
+        value = None if value_len < 0 else bytes(records[p : p + value_len])
+        out.append((key, value))
+        pos = record_end
+    return out
