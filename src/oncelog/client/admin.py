@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncelog.client.connection import ClientError, Connection, parse_bootstrap
-from oncelog.types import TopicPartition
+from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
 METADATA, LIST_OFFSETS, FIND_COORDINATOR = 3, 2, 10
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
@@ -167,7 +167,7 @@ class Admin:
         for leader, topics in self.by_leader(tps).items():
             body = {
                 "replica_id": -1,
-                "isolation_level": 1 if read_committed else 0,
+                "isolation_level": READ_COMMITTED if read_committed else READ_UNCOMMITTED,
                 "topics": [
                     {
                         "name": t,

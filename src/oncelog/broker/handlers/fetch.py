@@ -15,9 +15,7 @@ from typing import Any
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
-from oncelog.types import TopicPartition
-
-READ_COMMITTED = 1
+from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
@@ -43,7 +41,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
 
 def _collect(ctx: RequestContext, request: Any) -> tuple[dict[str, Any], int, bool]:
     replicas = ctx.broker.replicas
-    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    read_committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
     budget = request.max_bytes if request.max_bytes > 0 else 0
     total = 0
     errors = False

@@ -7,13 +7,18 @@ from typing import Any
 from oncelog.broker.context import RequestContext
 from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
-from oncelog.types import EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, TopicPartition
-
-READ_COMMITTED = 1
+from oncelog.types import (
+    EARLIEST_TIMESTAMP,
+    LATEST_TIMESTAMP,
+    MAX_TIMESTAMP,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
+    TopicPartition,
+)
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    read_committed = getattr(request, "isolation_level", 0) == READ_COMMITTED
+    read_committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
     topics = []
     for topic in request.topics:
         partitions = []
