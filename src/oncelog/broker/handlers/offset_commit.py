@@ -17,21 +17,7 @@ from oncelog.types import TopicPartition
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     runtime = ctx.broker.groups
-    replicas = ctx.broker.replicas
-    now = ctx.broker.clock.wall_ms()
-    errors: dict[TopicPartition, ErrorCode] = {}
-    offsets: dict[TopicPartition, OffsetValue] = {}
-    order: list[TopicPartition] = []
-    for topic in request.topics:
-        image = replicas.topic(topic.name)
-        for p in topic.partitions:
-            tp = TopicPartition(topic.name, p.partition_index)
-            order.append(tp)
-            if image is None or not 0 <= p.partition_index < image.partitions:
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            epoch = getattr(p, "committed_leader_epoch", -1)
-            offsets[tp] = OffsetValue(p.committed_offset, epoch, p.committed_metadata or "", now)
+    order, offsets, errors = requested_offsets(ctx, request)
     if offsets:
         result = runtime.coordinator.commit_offsets(
             request.group_id,
@@ -41,6 +27,37 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             offsets,
         )
         errors.update(runtime.complete(result))
+    return partition_errors_response(order, errors)
+
+
+def requested_offsets(
+    ctx: RequestContext, request: Any
+) -> tuple[
+    list[TopicPartition], dict[TopicPartition, OffsetValue], dict[TopicPartition, ErrorCode]
+]:
+    """The partitions of an OffsetCommit or TxnOffsetCommit request in request order, the
+    offsets to commit for those that exist, and UNKNOWN_TOPIC_OR_PARTITION for the rest."""
+    now = ctx.broker.clock.wall_ms()
+    errors: dict[TopicPartition, ErrorCode] = {}
+    offsets: dict[TopicPartition, OffsetValue] = {}
+    order: list[TopicPartition] = []
+    for topic in request.topics:
+        image = ctx.broker.replicas.topic(topic.name)
+        for p in topic.partitions:
+            tp = TopicPartition(topic.name, p.partition_index)
+            order.append(tp)
+            if image is None or not 0 <= p.partition_index < image.partitions:
+                errors[tp] = ErrorCode.unknown_topic_or_partition
+                continue
+            epoch = getattr(p, "committed_leader_epoch", -1)
+            offsets[tp] = OffsetValue(p.committed_offset, epoch, p.committed_metadata or "", now)
+    return order, offsets, errors
+
+
+def partition_errors_response(
+    order: list[TopicPartition], errors: dict[TopicPartition, ErrorCode]
+) -> dict[str, Any]:
+    """The response body both commit APIs share: an error code per partition, by topic."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for tp in order:
         topics.setdefault(tp.topic, []).append(

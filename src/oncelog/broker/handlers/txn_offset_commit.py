@@ -16,27 +16,14 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
-from oncelog.coordinator.group.records import OffsetValue
+from oncelog.broker.handlers.offset_commit import partition_errors_response, requested_offsets
 from oncelog.errors import ErrorCode
 from oncelog.types import TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     runtime = ctx.broker.groups
-    now = ctx.broker.clock.wall_ms()
-    errors: dict[TopicPartition, ErrorCode] = {}
-    offsets: dict[TopicPartition, OffsetValue] = {}
-    order: list[TopicPartition] = []
-    for topic in request.topics:
-        image = ctx.broker.replicas.topic(topic.name)
-        for p in topic.partitions:
-            tp = TopicPartition(topic.name, p.partition_index)
-            order.append(tp)
-            if image is None or not 0 <= p.partition_index < image.partitions:
-                errors[tp] = ErrorCode.unknown_topic_or_partition
-                continue
-            epoch = getattr(p, "committed_leader_epoch", -1)
-            offsets[tp] = OffsetValue(p.committed_offset, epoch, p.committed_metadata or "", now)
+    order, offsets, errors = requested_offsets(ctx, request)
     if offsets:
         code = _verify_producer(ctx, request)
         if code is not ErrorCode.none:
@@ -52,15 +39,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 offsets,
             )
             errors.update(runtime.complete(result))
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for tp in order:
-        topics.setdefault(tp.topic, []).append(
-            {"partition_index": tp.partition, "error_code": errors[tp]}
-        )
-    return {
-        "throttle_time": 0,
-        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
-    }
+    return partition_errors_response(order, errors)
 
 
 def _verify_producer(ctx: RequestContext, request: Any) -> ErrorCode:
