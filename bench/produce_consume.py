@@ -559,11 +559,14 @@ class Row:
         return bool(runs) and all(r.get("ok") for r in runs)
 
 
-def _run_worker(role: str, spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+def _run_worker(
+    role: str, spec: dict[str, Any], timeout: float, script: Path = SCRIPT
+) -> dict[str, Any]:
+    """Run `script ROLE SPEC_JSON` in its own process; its last stdout line is the result."""
     spec = {**spec, "timeout": timeout}
     proc = _track(
         subprocess.Popen(
-            [sys.executable, str(SCRIPT), role, json.dumps(spec)],
+            [sys.executable, str(script), role, json.dumps(spec)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
