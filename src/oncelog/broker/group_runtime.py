@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import Any
 
+from oncelog.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, read_entries
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
 from oncelog.clock import Clock
@@ -34,13 +35,6 @@ from oncelog.types import TopicPartition
 log = logging.getLogger(__name__)
 
 OFFSETS_TOPIC = "__consumer_offsets"
-#: Kafka compacts this topic; we do not compact yet, so nothing may expire by time either.
-OFFSETS_TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "retention.ms": "-1",
-    "segment.bytes": "104857600",
-}
-READ_CHUNK = 1 << 20
 
 
 #: Append errors a transactional offset commit's producer should see as they are.
@@ -83,7 +77,7 @@ class GroupRuntime:
         partitions = self.coordinator.settings.partitions
         topic = self.replicas.topic(OFFSETS_TOPIC)
         if topic is None:
-            spec = TopicSpec(OFFSETS_TOPIC, partitions, 1, OFFSETS_TOPIC_CONFIGS)
+            spec = TopicSpec(OFFSETS_TOPIC, partitions, 1, INTERNAL_TOPIC_CONFIGS)
             topic = self.replicas.create_topic(spec, internal=True)
         elif topic.partitions != partitions:
             log.warning(
@@ -108,26 +102,13 @@ class GroupRuntime:
             )
 
     def _load(self, tp: TopicPartition) -> int:
-        plog = self.replicas.partition(tp)
-        offset = plog.log_start_offset
         count = 0
-        while offset < plog.high_watermark:
-            data = plog.read(offset, READ_CHUNK).records
-            if not data:
-                break
-            entries, next_offset = decode_entries(data)
-            if next_offset <= offset:
-                log.error("%s: cannot decode the batch at offset %d; stop loading", tp, offset)
-                break
-            offset = next_offset
-            for entry in entries:
-                if isinstance(entry, TxnEnd):
-                    self.coordinator.complete_txn_offsets(
-                        entry.producer_id, tp.partition, entry.commit
-                    )
-                else:
-                    self.coordinator.replay(entry)
-                    count += 1
+        for entry in read_entries(self.replicas.partition(tp), decode_entries):
+            if isinstance(entry, TxnEnd):
+                self.coordinator.complete_txn_offsets(entry.producer_id, tp.partition, entry.commit)
+            else:
+                self.coordinator.replay(entry)
+                count += 1
         self.coordinator.take_woken()
         return count
 

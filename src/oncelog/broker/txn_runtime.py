@@ -13,6 +13,7 @@ import logging
 import os
 from collections.abc import Callable
 
+from oncelog.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, read_entries
 from oncelog.broker.replica_manager import LEADER_EPOCH, ReplicaManager, TopicSpec
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
@@ -32,12 +33,6 @@ from oncelog.types import TopicPartition
 log = logging.getLogger(__name__)
 
 TXN_TOPIC = "__transaction_state"
-TXN_TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "retention.ms": "-1",
-    "segment.bytes": "104857600",
-}
-READ_CHUNK = 1 << 20
 
 
 class TxnRuntime:
@@ -75,23 +70,12 @@ class TxnRuntime:
             self._finish(txn_id)
 
     def _load(self, tp: TopicPartition) -> None:
-        plog = self.replicas.partition(tp)
-        offset = plog.log_start_offset
-        while offset < plog.high_watermark:
-            data = plog.read(offset, READ_CHUNK).records
-            if not data:
-                break
-            records, next_offset = decode_batches(data)
-            if next_offset <= offset:
-                log.error("%s: cannot decode the batch at offset %d; stop loading", tp, offset)
-                break
-            offset = next_offset
-            for record in records:
-                self.coordinator.replay(record)
+        for record in read_entries(self.replicas.partition(tp), decode_batches):
+            self.coordinator.replay(record)
 
     def ensure_topic(self) -> None:
         if self.replicas.topic(TXN_TOPIC) is None:
-            spec = TopicSpec(TXN_TOPIC, self.partitions, 1, TXN_TOPIC_CONFIGS)
+            spec = TopicSpec(TXN_TOPIC, self.partitions, 1, INTERNAL_TOPIC_CONFIGS)
             self.replicas.create_topic(spec, internal=True)
 
     # -- operations --------------------------------------------------------------------------
