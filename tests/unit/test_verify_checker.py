@@ -1,0 +1,486 @@
+"""The exactly-once checker: every anomaly type found in a synthetic history that has it (with the
+operations that prove it) and absent from one that does not; the history format round-trips and
+survives a torn last line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oncelog.verify.checker import FAILURES, Anomaly, CheckResult, check, write_report
+from oncelog.verify.history import (
+    Fault,
+    FinalRead,
+    HistoryError,
+    HistoryWriter,
+    Isolation,
+    Mode,
+    Op,
+    Phase,
+    Poll,
+    Record,
+    Send,
+    Source,
+    Txn,
+    dumps,
+    read_history,
+    write_history,
+)
+
+T = "t"
+
+
+class H:
+    """A tiny builder of synthetic histories."""
+
+    def __init__(self) -> None:
+        self.ops: list[Op] = []
+        self.n = 0
+
+    def _index(self) -> int:
+        self.n += 1
+        return self.n
+
+    def send(
+        self,
+        process: str,
+        value: str,
+        offset: int | None,
+        *,
+        topic: str = T,
+        partition: int = 0,
+        phase: Phase = "ok",
+        txn: int | None = None,
+        source: Source | None = None,
+    ) -> int:
+        i = self._index()
+        tid = None if txn is None else f"tid-{process}"
+        common: dict[str, Any] = dict(
+            process=process, index=i, topic=topic, partition=partition, value=value, txn=txn
+        )
+        self.ops.append(Send(phase="invoke", transactional_id=tid, source=source, **common))
+        self.ops.append(
+            Send(
+                phase=phase,
+                offset=offset if phase == "ok" else None,
+                transactional_id=tid,
+                source=source,
+                **common,
+            )
+        )
+        return i
+
+    def txn(self, process: str, action: str, txn: int, phase: Phase = "ok") -> int:
+        i = self._index()
+        for ph in ("invoke", phase):
+            self.ops.append(Txn(process, i, ph, action, f"tid-{process}", txn))  # type: ignore[arg-type]
+        return i
+
+    def poll(
+        self,
+        process: str,
+        records: list[tuple[int, str]],
+        *,
+        mode: Mode = "assign",
+        isolation: Isolation = "read_committed",
+        topic: str = T,
+    ) -> int:
+        i = self._index()
+        recs = tuple(Record(topic, 0, o, v) for o, v in records)
+        self.ops.append(Poll(process, i, "invoke", mode, isolation))
+        self.ops.append(Poll(process, i, "ok", mode, isolation, recs))
+        return i
+
+    def final(
+        self,
+        records: list[tuple[int, str]],
+        *,
+        topic: str = T,
+        isolation: Isolation = "read_committed",
+    ) -> None:
+        recs = tuple(Record(topic, 0, o, v) for o, v in records)
+        self.ops.append(FinalRead(topic, 0, isolation, recs))
+
+    def check(self) -> CheckResult:
+        return check(self.ops)
+
+
+def only(result: CheckResult, kind: str) -> list[Anomaly]:
+    """The anomalies of `kind`, asserting nothing else was found."""
+    assert result.kinds() == {kind}, [a.to_json() for a in result.anomalies]
+    assert not result.ok
+    assert result.counts[kind] == len(result.anomalies)
+    return result.anomalies
+
+
+def indexes(anomaly: Anomaly) -> set[int | None]:
+    return {o.index for o in anomaly.ops}
+
+
+def assert_clean(result: CheckResult) -> None:
+    assert result.ok, [a.to_json() for a in result.anomalies]
+    assert all(c == 0 for c in result.counts.values())
+
+
+# -- inconsistent offsets / duplicates ---------------------------------------------------------
+
+
+def test_inconsistent_offsets() -> None:
+    h = H()
+    h.send("p", "a", 0)
+    h.send("q", "b", None, phase="info")
+    reader = h.poll("c", [(0, "b")])
+    h.final([(0, "a")])
+    (a,) = only(h.check(), "inconsistent-offsets")
+    assert a.details == {"offset": 0, "values": ["a", "b"]}
+    assert reader in indexes(a) and 1 in indexes(a)
+
+
+def test_consistent_offsets_clean() -> None:
+    h = H()
+    h.send("p", "a", 0)
+    h.poll("c", [(0, "a")])
+    h.final([(0, "a")])
+    assert_clean(h.check())
+
+
+def test_duplicate() -> None:
+    h = H()
+    h.send("p", "a", 0)
+    h.final([(0, "a"), (1, "a")])
+    (a,) = only(h.check(), "duplicate")
+    assert a.details == {"value": "a", "offsets": [0, 1]}
+    assert any(o.type == "finalread" for o in a.ops)
+
+
+# -- lost / unseen ------------------------------------------------------------------------------
+
+
+def test_lost_write() -> None:
+    h = H()
+    lost = h.send("p", "a", 0)
+    h.send("p", "b", 1)
+    reader = h.poll("c", [(1, "b")])
+    h.final([(1, "b")])
+    (a,) = only(h.check(), "lost-write")
+    assert a.details == {"value": "a", "offset": 0, "highest_read": 1}
+    assert lost in indexes(a) and reader in indexes(a)
+
+
+def test_unseen() -> None:
+    h = H()
+    h.send("p", "a", 0)
+    unseen = h.send("p", "b", 1)
+    h.final([(0, "a")])
+    (a,) = only(h.check(), "unseen")
+    assert a.details == {"value": "b", "offset": 1}
+    assert unseen in indexes(a)
+
+
+def test_unacknowledged_writes_need_not_be_read() -> None:
+    h = H()
+    h.send("p", "a", None, phase="info")
+    h.send("p", "b", None, phase="fail")
+    h.send("p", "c", 0)
+    h.final([(0, "c")])
+    assert_clean(h.check())
+
+
+# -- transactions ---------------------------------------------------------------------------------
+
+
+def test_aborted_read() -> None:
+    h = H()
+    h.txn("p", "begin", 1)
+    sent = h.send("p", "a", 0, txn=1)
+    h.txn("p", "abort", 1)
+    reader = h.poll("c", [(0, "a")])
+    h.final([])
+    (a,) = only(h.check(), "aborted-read")
+    assert a.details["txn"] == 1 and a.details["offset"] == 0
+    assert {sent, reader} <= indexes(a)
+
+
+def test_aborted_write_read_uncommitted_is_clean() -> None:
+    h = H()
+    h.txn("p", "begin", 1)
+    h.send("p", "a", 0, txn=1)
+    h.txn("p", "abort", 1)
+    h.txn("p", "begin", 2)
+    h.send("p", "b", 2, txn=2)
+    h.txn("p", "commit", 2)
+    h.poll("u", [(0, "a"), (2, "b")], isolation="read_uncommitted")
+    # read_committed readers jump over the aborted record: not a skip.
+    h.poll("c", [(2, "b")])
+    h.final([(2, "b")])
+    assert_clean(h.check())
+
+
+def test_precommitted_read() -> None:
+    h = H()
+    h.txn("p", "begin", 1)
+    sent = h.send("p", "a", 0, txn=1)
+    reader = h.poll("c", [(0, "a")])
+    commit = h.txn("p", "commit", 1)
+    h.final([(0, "a")])
+    (a,) = only(h.check(), "precommitted-read")
+    assert {sent, reader, commit} <= indexes(a)
+
+
+def test_read_after_commit_is_clean() -> None:
+    h = H()
+    h.txn("p", "begin", 1)
+    h.send("p", "a", 0, txn=1)
+    h.txn("p", "commit", 1)
+    h.poll("c", [(0, "a")])
+    h.final([(0, "a")])
+    assert_clean(h.check())
+
+
+def test_abort_after_commit_attempt_is_indeterminate() -> None:
+    h = H()
+    h.txn("p", "begin", 1)
+    h.send("p", "a", 0, txn=1)
+    h.txn("p", "commit", 1, phase="info")
+    h.txn("p", "abort", 1)
+    h.poll("c", [(0, "a")])
+    h.final([(0, "a")])
+    assert_clean(h.check())
+    h2 = H()
+    h2.txn("p", "begin", 1)
+    h2.send("p", "a", 0, txn=1)
+    h2.txn("p", "commit", 1, phase="info")
+    h2.final([])
+    assert_clean(h2.check())  # indeterminate: neither unseen nor lost
+
+
+# -- polls ----------------------------------------------------------------------------------------
+
+
+def three(h: H) -> None:
+    h.send("p", "a", 0)
+    h.send("p", "b", 1)
+    h.send("p", "c", 2)
+
+
+def test_internal_poll_skip() -> None:
+    h = H()
+    three(h)
+    reader = h.poll("c", [(0, "a"), (2, "c")], mode="subscribe")
+    h.final([(0, "a"), (1, "b"), (2, "c")])
+    (a,) = only(h.check(), "int-poll-skip")
+    assert a.details["skipped_offsets"] == [1]
+    assert indexes(a) == {reader}
+
+
+def test_internal_nonmonotonic_poll() -> None:
+    h = H()
+    three(h)
+    reader = h.poll("c", [(1, "b"), (0, "a")], mode="subscribe")
+    h.final([(0, "a"), (1, "b"), (2, "c")])
+    (a,) = only(h.check(), "int-nonmonotonic-poll")
+    assert a.details["from"] == [1, "b"] and a.details["to"] == [0, "a"]
+    assert indexes(a) == {reader}
+
+
+def test_poll_skip_across_assign_polls() -> None:
+    h = H()
+    three(h)
+    first = h.poll("c", [(0, "a")])
+    second = h.poll("c", [(2, "c")])
+    h.final([(0, "a"), (1, "b"), (2, "c")])
+    (a,) = only(h.check(), "poll-skip")
+    assert a.details["skipped_offsets"] == [1]
+    assert indexes(a) == {first, second}
+
+
+def test_nonmonotonic_poll_across_assign_polls() -> None:
+    h = H()
+    three(h)
+    first = h.poll("c", [(0, "a"), (1, "b")])
+    second = h.poll("c", [(1, "b"), (2, "c")])
+    h.final([(0, "a"), (1, "b"), (2, "c")])
+    (a,) = only(h.check(), "nonmonotonic-poll")
+    assert indexes(a) == {first, second}
+
+
+def test_subscribe_may_skip_and_rewind_across_polls() -> None:
+    h = H()
+    three(h)
+    h.poll("c", [(0, "a"), (1, "b")], mode="subscribe")
+    h.poll("c", [(1, "b")], mode="subscribe")  # rebalance: rewinds to the committed offset
+    h.poll("d", [(0, "a")], mode="subscribe")
+    h.poll("d", [(2, "c")], mode="subscribe")  # another member consumed offset 1
+    h.poll("e", [(0, "a"), (1, "b"), (2, "c")])
+    h.final([(0, "a"), (1, "b"), (2, "c")])
+    assert_clean(h.check())
+
+
+# -- sends ----------------------------------------------------------------------------------------
+
+
+def test_nonmonotonic_send() -> None:
+    h = H()
+    first = h.send("p", "a", 1)
+    second = h.send("p", "b", 0)
+    h.final([(0, "b"), (1, "a")])
+    (a,) = only(h.check(), "nonmonotonic-send")
+    assert indexes(a) == {first, second}
+    assert a.details["from"] == [1, "a"] and a.details["to"] == [0, "b"]
+
+
+def test_int_send_skip_is_allowed() -> None:
+    h = H()
+    h.send("p", "a", 0)
+    h.send("q", "b", 1)
+    h.send("p", "c", 2)
+    h.final([(0, "a"), (1, "b"), (2, "c")])
+    assert_clean(h.check())
+
+
+# -- copiers --------------------------------------------------------------------------------------
+
+
+def copy_history(copies: list[tuple[str, int]]) -> H:
+    h = H()
+    h.send("p", "x0", 0, topic="in")
+    h.send("p", "x1", 1, topic="in")
+    out = []
+    for i, (value, src) in enumerate(copies):
+        h.txn("copier", "begin", 10 + i)
+        h.send("copier", value, i, topic="out", txn=10 + i, source=Source("in", 0, src))
+        h.txn("copier", "commit", 10 + i)
+        out.append((i, value))
+    h.final([(0, "x0"), (1, "x1")], topic="in")
+    h.final(out, topic="out")
+    return h
+
+
+def test_copies_exactly_once_clean() -> None:
+    assert_clean(copy_history([("y0", 0), ("y1", 1)]).check())
+
+
+def test_missing_copy() -> None:
+    (a,) = only(copy_history([("y0", 0)]).check(), "missing-copy")
+    assert a.topic == "in" and a.details["input_offset"] == 1 and a.details["copies"] == 0
+
+
+def test_duplicate_copy() -> None:
+    h = copy_history([("y0", 0), ("y0b", 0), ("y1", 1)])
+    (a,) = only(h.check(), "duplicate-copy")
+    assert a.details["input_offset"] == 0 and a.details["copies"] == 2
+    assert len([o for o in a.ops if o.process == "copier"]) == 2
+
+
+# -- generated clean histories --------------------------------------------------------------------
+
+
+@st.composite
+def clean_histories(draw: st.DrawFn) -> list[Op]:
+    """Producers and consumers interleaved at random against a correct single-partition log."""
+    log: dict[int, list[str]] = {0: [], 1: []}
+    h = H()
+    producers = ["p1", "p2", "p3"]
+    cursors: dict[str, dict[int, int]] = {c: {0: 0, 1: 0} for c in ("c1", "c2")}
+    counter = 0
+    for _ in range(draw(st.integers(0, 40))):
+        partition = draw(st.integers(0, 1))
+        if draw(st.booleans()):
+            counter += 1
+            value = f"v{counter}"
+            outcome = draw(st.sampled_from(["ok", "ok", "ok", "info", "fail"]))
+            written = outcome == "ok" or (outcome == "info" and draw(st.booleans()))
+            offset = len(log[partition])
+            if written:
+                log[partition].append(value)
+            proc = draw(st.sampled_from(producers))
+            h.send(proc, value, offset, partition=partition, phase=outcome)  # type: ignore[arg-type]
+        else:
+            consumer = draw(st.sampled_from(sorted(cursors)))
+            start = cursors[consumer][partition]
+            end = draw(st.integers(start, len(log[partition])))
+            cursors[consumer][partition] = end
+            recs = tuple(Record(T, partition, o, log[partition][o]) for o in range(start, end))
+            i = h._index()
+            h.ops.append(Poll(consumer, i, "invoke", "assign", "read_committed"))
+            h.ops.append(Poll(consumer, i, "ok", "assign", "read_committed", recs))
+    for p, values in log.items():
+        recs = tuple(Record(T, p, o, v) for o, v in enumerate(values))
+        h.ops.append(FinalRead(T, p, "read_committed", recs))
+    return h.ops
+
+
+@settings(max_examples=150, deadline=None)
+@given(clean_histories())
+def test_generated_clean_histories_have_no_anomalies(ops: list[Op]) -> None:
+    assert_clean(check(ops))
+
+
+# -- history format -------------------------------------------------------------------------------
+
+
+def every_op() -> list[Op]:
+    return [
+        Fault("kill", "start", "broker-1", "SIGKILL", time=1.5),
+        Send("p", 1, "invoke", T, 0, "a", key="k", transactional_id="tid", txn=7, time=2.0),
+        Send("p", 1, "ok", T, 0, "a", key="k", transactional_id="tid", txn=7, offset=3),
+        Send("cp", 2, "info", "out", 1, "b", source=Source("in", 0, 9), error="timeout"),
+        Txn("p", 3, "invoke", "commit", "tid", 7),
+        Txn("p", 3, "fail", "commit", "tid", 7, error="PRODUCER_FENCED"),
+        Poll("c", 4, "invoke", "subscribe", "read_uncommitted"),
+        Poll("c", 4, "ok", "subscribe", "read_uncommitted", (Record(T, 0, 3, "a"),)),
+        FinalRead(T, 0, "read_committed", (Record(T, 0, 3, "a"), Record(T, 0, 5, "c"))),
+        Fault("kill", "end", "broker-1"),
+    ]
+
+
+def test_history_round_trip(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    with HistoryWriter.open(path) as w:
+        for op in every_op():
+            w.write(op)
+    assert read_history(path) == every_op()
+    assert all(json.loads(line)["v"] == 1 for line in path.read_text().splitlines())
+
+
+def test_truncated_last_line_is_ignored(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    write_history(path, every_op())
+    full = path.read_text()
+    last = full.splitlines()[-1]
+    path.write_text(full + last[: len(last) // 2])  # a crash in the middle of a write
+    assert read_history(path) == every_op()
+    path.write_text(full[: -len(last) // 2 - 1])  # the last op torn, no newline
+    assert read_history(path) == every_op()[:-1]
+
+
+def test_garbage_before_the_last_line_is_an_error(tmp_path: Path) -> None:
+    path = tmp_path / "history.jsonl"
+    path.write_text('{"v": 1, "ty\n' + write_line(every_op()[0]))
+    with pytest.raises(HistoryError, match="line 1"):
+        read_history(path)
+    path.write_text(json.dumps({"v": 2, "type": "fault"}) + "\n" + write_line(every_op()[0]))
+    with pytest.raises(HistoryError, match="version"):
+        read_history(path)
+
+
+def write_line(op: Op) -> str:
+    return dumps(op) + "\n"
+
+
+def test_report_json(tmp_path: Path) -> None:
+    h = H()
+    h.send("p", "a", 0)
+    h.final([(0, "a"), (1, "a")])
+    report = tmp_path / "report.json"
+    write_report(h.check(), report)
+    data = json.loads(report.read_text())
+    assert data["ok"] is False
+    assert data["counts"]["duplicate"] == 1
+    assert set(data["counts"]) == set(FAILURES)
+    assert data["examples"]["duplicate"][0]["details"]["offsets"] == [0, 1]
