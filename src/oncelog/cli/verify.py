@@ -1,4 +1,4 @@
-"""`oncelog verify check HISTORY`: check a recorded history for exactly-once anomalies.
+"""`oncelog verify run` and `oncelog verify check HISTORY`: record and check exactly-once histories.
 
 Checking is separate from running the workload so a history can be checked again later (after a
 checker fix, or on another machine) and so histories recorded by other tools can be checked too.
@@ -7,11 +7,15 @@ checker fix, or on another machine) and so histories recorded by other tools can
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+import time
+from pathlib import Path
 from typing import Any
 
 from oncelog.verify.checker import ALLOWED, CheckResult, OpRef, check, write_report
 from oncelog.verify.history import HistoryError, read_history
+from oncelog.verify.workload import RunConfig, run
 
 
 def add_parsers(sub: Any) -> None:
@@ -21,6 +25,25 @@ def add_parsers(sub: Any) -> None:
     chk.add_argument("history", help="the history file")
     chk.add_argument("--json", dest="report", help="also write a JSON report here")
     chk.set_defaults(func=run_check)
+    rn = verify_sub.add_parser("run", help="run a workload of real clients, then check it")
+    target = rn.add_mutually_exclusive_group(required=True)
+    target.add_argument("--bootstrap", help="an existing broker (host:port)")
+    target.add_argument(
+        "--start-broker", action="store_true", help="start an oncelog broker (allows --faults)"
+    )
+    rn.add_argument("--duration", type=float, default=30.0, help="seconds of workload")
+    rn.add_argument("--rate", type=float, default=100.0, help="sends per second, all producers")
+    rn.add_argument("--partitions", type=int, default=3)
+    rn.add_argument("--producers", type=int, default=2, help="idempotent producers")
+    rn.add_argument("--txn-producers", type=int, default=1, help="transactional producers")
+    rn.add_argument("--abort-probability", type=float, default=0.2)
+    rn.add_argument("--consumers", type=int, default=2, help="assign consumers (rc, ru, ...)")
+    rn.add_argument("--faults", default="", help="comma-separated: kill,pause")
+    rn.add_argument("--fault-interval", type=float, default=3.0, help="quiet seconds between")
+    rn.add_argument("--fault-duration", type=float, default=2.0, help="seconds each fault lasts")
+    rn.add_argument("--history", default="verify-history.jsonl", help="history file to write")
+    rn.add_argument("--report", help="JSON report file")
+    rn.set_defaults(func=run_workload)
 
 
 def run_check(args: argparse.Namespace) -> int:
@@ -34,6 +57,45 @@ def run_check(args: argparse.Namespace) -> int:
     print(summary(result))
     if args.report:
         write_report(result, args.report)
+    return 0 if result.ok else 1
+
+
+def run_workload(args: argparse.Namespace) -> int:
+    """Run, then check like `verify check`: exit 0 clean, 1 on anomalies, 2 if the run broke."""
+    config = RunConfig(
+        history=Path(args.history),
+        bootstrap=args.bootstrap,
+        start_broker=args.start_broker,
+        duration=args.duration,
+        rate=args.rate,
+        partitions=args.partitions,
+        producers=args.producers,
+        txn_producers=args.txn_producers,
+        abort_probability=args.abort_probability,
+        consumers=args.consumers,
+        faults=[f for f in args.faults.split(",") if f],
+        fault_interval=args.fault_interval,
+        fault_duration=args.fault_duration,
+    )
+    began = time.monotonic()
+    try:
+        stats = run(config)
+    except (RuntimeError, ValueError, OSError) as e:
+        print(f"verify run failed: {e}", file=sys.stderr)
+        return 2
+    result = check(read_history(config.history))
+    print(summary(result))
+    if args.report:
+        report = result.to_json()
+        report["run"] = {
+            "seconds": round(time.monotonic() - began, 1),
+            "history": str(config.history),
+            "ops": stats.ops,
+            "errors": stats.errors,
+            "faults": stats.faults,
+            "timeline": stats.timeline,
+        }
+        Path(args.report).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0 if result.ok else 1
 
 

@@ -1,0 +1,593 @@
+"""`oncelog verify run`: a bounded workload of real clients (confluent-kafka) writing a history.
+
+Why real clients: the promises users rely on are those a broker keeps towards librdkafka's
+idempotent and transactional producers and read_committed consumers, retries and all. Each client
+runs in a thread and records every invocation and completion through one locked HistoryWriter.
+Outcomes are classified conservatively (REFERENCE §4): only a definite rejection is ``fail``;
+timeouts, transport errors and anything unknown are ``info`` (indeterminate), which the checker
+never counts against the broker. A client that has to be recreated gets a new process id,
+because the checker assumes one process never rewinds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Message, Producer
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from oncelog.verify import history as h
+from oncelog.verify.faults import Fault, LocalBroker, make_faults
+
+# Broker rejections after which the record was certainly not written.
+DEFINITE_FAILURES = frozenset(
+    {
+        KafkaError.MSG_SIZE_TOO_LARGE,
+        KafkaError.INVALID_RECORD,
+        KafkaError.TOPIC_AUTHORIZATION_FAILED,
+        KafkaError.TOPIC_EXCEPTION,
+        KafkaError._INVALID_ARG,
+    }
+)
+
+
+@dataclass(slots=True)
+class RunConfig:
+    """What `oncelog verify run` was asked to do."""
+
+    history: Path
+    bootstrap: str | None = None
+    start_broker: bool = False
+    duration: float = 30.0
+    rate: float = 100.0
+    partitions: int = 3
+    producers: int = 2
+    txn_producers: int = 1
+    abort_probability: float = 0.2
+    consumers: int = 2
+    faults: list[str] = field(default_factory=list)
+    fault_interval: float = 3.0
+    fault_duration: float = 2.0
+    topic: str = ""
+    progress: bool = True
+
+
+@dataclass(slots=True)
+class RunStats:
+    """Counters for the progress line and the report."""
+
+    ops: int = 0
+    errors: int = 0
+    faults: int = 0
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Recorder:
+    """One history writer shared by all client threads; counts ops and errors as they complete."""
+
+    def __init__(self, writer: h.HistoryWriter, started: float) -> None:
+        self._writer = writer
+        self._lock = threading.Lock()
+        self.started = started
+        self.stats = RunStats()
+
+    def now(self) -> float:
+        return time.time()
+
+    def write(self, op: h.Op) -> None:
+        with self._lock:
+            self._writer.write(op)
+            phase = getattr(op, "phase", None)
+            if phase in ("ok", "fail", "info"):
+                self.stats.ops += 1
+                if phase != "ok":
+                    self.stats.errors += 1
+            if isinstance(op, h.Fault) and op.phase == "start":
+                self.stats.faults += 1
+
+
+def _error_text(err: object) -> str:
+    if isinstance(err, KafkaError):
+        return f"{err.name()}: {err.str()}"
+    return str(err)
+
+
+def classify(err: KafkaError | None) -> h.Phase:
+    """ok, fail (definitely not written) or info (indeterminate) for one produce outcome."""
+    if err is None:
+        return "ok"
+    return "fail" if err.code() in DEFINITE_FAILURES else "info"
+
+
+class Client(threading.Thread):
+    """A client thread; ``name`` prefixes its process ids, ``generation`` counts restarts."""
+
+    def __init__(self, name: str, run: Run) -> None:
+        super().__init__(name=name, daemon=True)
+        self.base = name
+        self.run_ = run
+        self.rec = run.recorder
+        self.generation = 0
+        self.index = itertools.count()
+        self.failure: BaseException | None = None
+
+    @property
+    def process(self) -> str:
+        return f"{self.base}.{self.generation}"
+
+    def restart_identity(self) -> None:
+        self.generation += 1
+        self.index = itertools.count()
+
+    def pace(self, per_second: float, started: float, done: int) -> None:
+        """Sleep so this client does `per_second` operations on average."""
+        if per_second <= 0:
+            return
+        delay = started + done / per_second - time.monotonic()
+        if delay > 0:
+            self.run_.stop.wait(min(delay, 1.0))
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as e:  # reported in the run's summary
+            self.failure = e
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+
+class IdempotentProducer(Client):
+    """Sends unique values to partitions round robin with enable.idempotence."""
+
+    def work(self) -> None:
+        fatal = threading.Event()
+
+        def on_error(err: KafkaError) -> None:
+            if err.fatal():
+                fatal.set()
+
+        producer = self._with_error_cb(on_error)
+        started, done = time.monotonic(), 0
+        while not self.run_.stop.is_set():
+            if fatal.is_set():
+                producer.flush(10)
+                self.restart_identity()
+                fatal.clear()
+                producer = self._with_error_cb(on_error)
+            self.send(producer, self.run_.next_partition(), None, None)
+            done += 1
+            producer.poll(0)
+            self.pace(self.run_.per_client_rate, started, done)
+        producer.flush(15)
+
+    def _with_error_cb(self, on_error: Any) -> Producer:
+        """An idempotent producer; a fatal error (reported via on_error) makes us replace it."""
+        return Producer(
+            {
+                "bootstrap.servers": self.run_.bootstrap,
+                "log_level": 0,
+                "enable.idempotence": True,
+                "message.timeout.ms": 10000,
+                "linger.ms": 5,
+                "client.id": self.process,
+                "error_cb": on_error,
+            }
+        )
+
+    def send(self, producer: Producer, partition: int, tid: str | None, txn: int | None) -> None:
+        """Record the invocation, produce, and record the completion from the delivery report."""
+        index = next(self.index)
+        process, topic = self.process, self.run_.topic
+        value = f"{process}-{index}"
+        self.rec.write(
+            h.Send(
+                process, index, "invoke", topic, partition, value, None, tid, txn, time=time.time()
+            )
+        )
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            phase = classify(err)
+            offset = msg.offset() if phase == "ok" else None
+            self.rec.write(
+                h.Send(
+                    process,
+                    index,
+                    phase,
+                    topic,
+                    partition,
+                    value,
+                    None,
+                    tid,
+                    txn,
+                    offset=offset,
+                    error=None if err is None else _error_text(err),
+                    time=time.time(),
+                )
+            )
+
+        while True:
+            try:
+                producer.produce(topic, value.encode(), partition=partition, on_delivery=delivered)
+                return
+            except BufferError:
+                producer.poll(0.1)
+
+
+class TransactionalProducer(IdempotentProducer):
+    """Sends a few values per transaction, then commits or (with a probability) aborts."""
+
+    def transactional_id(self) -> str:
+        return f"{self.run_.topic}-{self.base}"
+
+    def make_txn(self) -> Producer:
+        producer = Producer(
+            {
+                "bootstrap.servers": self.run_.bootstrap,
+                "log_level": 0,
+                "transactional.id": self.transactional_id(),
+                "transaction.timeout.ms": 30000,
+                "message.timeout.ms": 10000,
+                "linger.ms": 5,
+                "client.id": self.process,
+            }
+        )
+        while not self.run_.stop.is_set():
+            try:
+                producer.init_transactions(10)
+                return producer
+            except KafkaException as e:
+                if e.args[0].fatal():
+                    raise
+        producer.init_transactions(10)
+        return producer
+
+    def txn_op(self, action: h.TxnAction, txn: int, call: Any) -> bool:
+        """One begin/commit/abort: invoke, retry while retriable, then ok or info."""
+        index, tid = next(self.index), self.transactional_id()
+        self.rec.write(h.Txn(self.process, index, "invoke", action, tid, txn, time=time.time()))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                call()
+                self.rec.write(h.Txn(self.process, index, "ok", action, tid, txn, time=time.time()))
+                return True
+            except KafkaException as e:
+                err = e.args[0]
+                if err.retriable() and time.monotonic() < deadline:
+                    continue
+                self.rec.write(
+                    h.Txn(
+                        self.process,
+                        index,
+                        "info",
+                        action,
+                        tid,
+                        txn,
+                        error=_error_text(err),
+                        time=time.time(),
+                    )
+                )
+                return False
+
+    def work(self) -> None:
+        producer = self.make_txn()
+        started, done = time.monotonic(), 0
+        rng = random.Random(self.base)
+        while not self.run_.stop.is_set():
+            txn = self.run_.next_txn()
+            if not self.txn_op("begin", txn, producer.begin_transaction):
+                producer = self.recreate(producer)
+                continue
+            for _ in range(rng.randint(1, 5)):
+                self.send(producer, self.run_.next_partition(), self.transactional_id(), txn)
+                producer.poll(0)
+                done += 1
+                self.pace(self.run_.per_client_rate, started, done)
+            producer.flush(15)
+            if not self.finish(producer, txn, rng.random() < self.run_.config.abort_probability):
+                producer = self.recreate(producer)
+
+    def finish(self, producer: Producer, txn: int, abort: bool) -> bool:
+        """Commit (or abort) one transaction; a failed commit is followed by an abort."""
+        if abort:
+            return self.txn_op("abort", txn, lambda: producer.abort_transaction(15))
+        if self.txn_op("commit", txn, lambda: producer.commit_transaction(15)):
+            return True
+        return self.txn_op("abort", txn, lambda: producer.abort_transaction(15))
+
+    def recreate(self, producer: Producer) -> Producer:
+        """A producer in an unknown state is replaced (fencing the old one) under a new id."""
+        producer.flush(5)
+        self.restart_identity()
+        return self.make_txn()
+
+
+class AssignConsumer(Client):
+    """Reads every partition from offset 0 with assign; each consume() call is one poll op."""
+
+    def __init__(self, name: str, run: Run, isolation: h.Isolation) -> None:
+        super().__init__(name, run)
+        self.isolation: h.Isolation = isolation
+        self.next_offsets: dict[int, int] = {}
+
+    def make(self) -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.run_.bootstrap,
+                "log_level": 0,
+                "group.id": f"{self.run_.topic}-{self.process}",
+                "enable.auto.commit": False,
+                "isolation.level": self.isolation,
+                "auto.offset.reset": "earliest",
+                "client.id": self.process,
+            }
+        )
+        topic = self.run_.topic
+        consumer.assign(
+            [
+                CkTopicPartition(topic, p, self.next_offsets.get(p, 0))
+                for p in range(self.run_.config.partitions)
+            ]
+        )
+        return consumer
+
+    def work(self) -> None:
+        consumer = self.make()
+        while not self.run_.stop.is_set():
+            index = next(self.index)
+            self.rec.write(
+                h.Poll(self.process, index, "invoke", "assign", self.isolation, time=time.time())
+            )
+            try:
+                messages = consumer.consume(num_messages=200, timeout=0.3)
+            except KafkaException as e:
+                self.rec.write(
+                    h.Poll(
+                        self.process,
+                        index,
+                        "info",
+                        "assign",
+                        self.isolation,
+                        error=_error_text(e.args[0]),
+                        time=time.time(),
+                    )
+                )
+                consumer.close()
+                self.restart_identity()
+                consumer = self.make()
+                continue
+            records: list[h.Record] = []
+            errors: list[str] = []
+            for m in messages:
+                err = m.error()
+                if err is not None:
+                    errors.append(_error_text(err))
+                    continue
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None
+                raw = m.value()
+                value = raw.decode() if isinstance(raw, bytes) else str(raw)
+                records.append(h.Record(self.run_.topic, partition, offset, value))
+                self.next_offsets[partition] = offset + 1
+            phase: h.Phase = "ok" if records or not errors else "info"
+            self.rec.write(
+                h.Poll(
+                    self.process,
+                    index,
+                    phase,
+                    "assign",
+                    self.isolation,
+                    tuple(records),
+                    error="; ".join(errors) or None,
+                    time=time.time(),
+                )
+            )
+        consumer.close()
+
+
+class Run:
+    """One workload run: topic, clients, fault schedule, final read."""
+
+    def __init__(self, config: RunConfig) -> None:
+        self.config = config
+        self.topic = config.topic or f"verify-{uuid.uuid4().hex[:8]}"
+        self.stop = threading.Event()
+        self.faults_done = threading.Event()
+        self._partition = itertools.count()
+        self._txn = itertools.count(1)
+        self._lock = threading.Lock()
+        self.broker: LocalBroker | None = None
+        self.bootstrap = config.bootstrap or ""
+        self.faults: list[Fault] = []
+        writers = config.producers + config.txn_producers
+        self.per_client_rate = config.rate / writers if writers else 0.0
+        self.recorder: Recorder
+
+    def next_partition(self) -> int:
+        with self._lock:
+            return next(self._partition) % self.config.partitions
+
+    def next_txn(self) -> int:
+        with self._lock:
+            return next(self._txn)
+
+    def fault_op(self, fault: Fault, phase: str, detail: str | None) -> None:
+        op = h.Fault(
+            fault.kind, "start" if phase == "start" else "end", fault.target, detail, time.time()
+        )
+        self.recorder.write(op)
+        self.recorder.stats.timeline.append(
+            {"time": op.time, "kind": op.kind, "phase": op.phase, "detail": detail}
+        )
+
+    def schedule_faults(self) -> None:
+        """Rotate the faults with quiet windows; each is healed before the next starts."""
+        cfg = self.config
+        end = time.monotonic() + cfg.duration
+        for fault in itertools.cycle(self.faults):
+            if self.stop.wait(cfg.fault_interval):
+                break
+            if time.monotonic() + cfg.fault_duration + 1 > end:
+                break
+            self.fault_op(fault, "start", fault.start())
+            self.stop.wait(cfg.fault_duration)
+            self.fault_op(fault, "end", fault.heal())
+        self.faults_done.set()
+
+    def heal_all(self) -> None:
+        for fault in self.faults:
+            detail = fault.heal()
+            if detail is not None:
+                self.fault_op(fault, "end", detail)
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        """Recovery: the topic's metadata is served with a leader for every partition."""
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                md = admin.list_topics(self.topic, timeout=5)
+                t = md.topics.get(self.topic)
+                if t is not None and t.error is None and self._leaders(t.partitions):
+                    return
+            except KafkaException:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError("the broker did not recover")
+
+    def _leaders(self, partitions: dict[int, Any]) -> bool:
+        """Every partition of the topic is listed with a leader."""
+        if len(partitions) != self.config.partitions:
+            return False
+        return all(p.leader >= 0 for p in partitions.values())
+
+    def create_topic(self) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        futures = admin.create_topics([NewTopic(self.topic, self.config.partitions, 1)])
+        for f in futures.values():
+            f.result(30)
+        self.wait_ready()
+
+    def final_read(self, partition: int) -> h.FinalRead:
+        """Every record of one partition from offset 0, read_uncommitted, up to the high mark."""
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "log_level": 0,
+                "group.id": f"{self.topic}-final",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+                "client.id": f"final-{partition}",
+            }
+        )
+        try:
+            _, high = consumer.get_watermark_offsets(
+                CkTopicPartition(self.topic, partition), timeout=30
+            )
+            consumer.assign([CkTopicPartition(self.topic, partition, 0)])
+            records: list[h.Record] = []
+            idle_since = time.monotonic()
+            while records[-1].offset + 1 < high if records else high > 0:
+                messages = consumer.consume(num_messages=1000, timeout=0.5)
+                got = [m for m in messages if m.error() is None]
+                for m in got:
+                    raw = m.value()
+                    value = raw.decode() if isinstance(raw, bytes) else str(raw)
+                    offset = m.offset()
+                    assert offset is not None
+                    records.append(h.Record(self.topic, partition, offset, value))
+                if got:
+                    idle_since = time.monotonic()
+                elif time.monotonic() - idle_since > 2:
+                    break  # the tail is control records (transaction markers)
+            return h.FinalRead(
+                self.topic, partition, "read_uncommitted", tuple(records), time.time()
+            )
+        finally:
+            consumer.close()
+
+    def progress(self) -> None:
+        """One line a second on stderr so a long run shows it is alive."""
+        started = time.monotonic()
+        while not self.stop.wait(1.0):
+            s = self.recorder.stats
+            elapsed = time.monotonic() - started
+            print(
+                f"[{elapsed:4.0f}s/{self.config.duration:.0f}s] ops {s.ops}  errors {s.errors}"
+                f"  faults {s.faults}",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def clients(self) -> list[Client]:
+        """Producers, transactional producers, and consumers alternating isolation levels."""
+        cfg = self.config
+        out: list[Client] = [IdempotentProducer(f"producer{i}", self) for i in range(cfg.producers)]
+        out += [TransactionalProducer(f"txn{i}", self) for i in range(cfg.txn_producers)]
+        for i in range(cfg.consumers):
+            isolation: h.Isolation = "read_committed" if i % 2 == 0 else "read_uncommitted"
+            out.append(AssignConsumer(f"consumer{i}", self, isolation))
+        return out
+
+    def execute(self) -> RunStats:
+        """Start (maybe) a broker, run clients and faults, heal, final-read; return the stats."""
+        cfg = self.config
+        tmp: tempfile.TemporaryDirectory[str] | None = None
+        if cfg.start_broker:
+            tmp = tempfile.TemporaryDirectory(prefix="oncelog-verify-")
+            self.broker = LocalBroker(Path(tmp.name) / "data", Path(tmp.name) / "broker.log")
+            self.broker.start()
+            self.bootstrap = self.broker.bootstrap
+            self.faults = make_faults(cfg.faults, self.broker)
+        elif cfg.faults:
+            raise ValueError("--faults needs --start-broker")
+        cfg.history.parent.mkdir(parents=True, exist_ok=True)
+        cfg.history.write_text("")
+        writer = h.HistoryWriter.open(cfg.history)
+        self.recorder = Recorder(writer, time.time())
+        try:
+            self.create_topic()
+            clients = self.clients()
+            for c in clients:
+                c.start()
+            threads = [threading.Thread(target=self.schedule_faults, daemon=True)]
+            if cfg.progress:
+                threads.append(threading.Thread(target=self.progress, daemon=True))
+            for t in threads:
+                t.start()
+            self.stop.wait(cfg.duration)
+            self.stop.set()
+            for t in threads:
+                t.join(60)
+            self.heal_all()
+            for c in clients:
+                c.join(90)
+            self.wait_ready()
+            for p in range(cfg.partitions):
+                self.recorder.write(self.final_read(p))
+            failures = [f"{c.name}: {c.failure!r}" for c in clients if c.failure is not None]
+            if failures:
+                raise RuntimeError("clients failed: " + "; ".join(failures))
+            return self.recorder.stats
+        finally:
+            writer.close()
+            if self.broker is not None:
+                self.broker.stop()
+            if tmp is not None:
+                tmp.cleanup()
+
+
+def run(config: RunConfig) -> RunStats:
+    """Run the workload and write the history; checking is left to the caller."""
+    return Run(config).execute()
