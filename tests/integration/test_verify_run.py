@@ -19,7 +19,8 @@ def test_verify_run_with_faults_is_clean(tmp_path: Path) -> None:
     args = [sys.executable, "-m", "oncelog", "verify", "run", "--start-broker"]
     args += ["--duration", "20", "--faults", "kill,pause", "--rate", "60", "--partitions", "2"]
     args += ["--producers", "1", "--txn-producers", "1", "--consumers", "2"]
-    args += ["--history", str(history), "--report", str(report)]
+    timeline = tmp_path / "timeline.html"
+    args += ["--history", str(history), "--report", str(report), "--timeline", str(timeline)]
     proc = subprocess.run(args, check=False, capture_output=True, text=True, timeout=55)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "OK: no anomalies" in proc.stdout
@@ -35,3 +36,6 @@ def test_verify_run_with_faults_is_clean(tmp_path: Path) -> None:
     data = json.loads(report.read_text())
     assert data["ok"] is True
     assert data["run"]["faults"] >= 2
+    page = timeline.read_text()
+    assert "<svg" in page and '<g class="fault">' in page
+    assert ">kill</text>" in page and ">pause</text>" in page

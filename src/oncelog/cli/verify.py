@@ -15,6 +15,7 @@ from typing import Any
 
 from oncelog.verify.checker import ALLOWED, CheckResult, OpRef, check, write_report
 from oncelog.verify.history import HistoryError, read_history
+from oncelog.verify.timeline import write_timeline
 from oncelog.verify.workload import RunConfig, run
 
 
@@ -24,6 +25,7 @@ def add_parsers(sub: Any) -> None:
     chk = verify_sub.add_parser("check", help="check a recorded history (JSON lines)")
     chk.add_argument("history", help="the history file")
     chk.add_argument("--json", dest="report", help="also write a JSON report here")
+    chk.add_argument("--timeline", help="also write an HTML timeline (throughput, errors, faults)")
     chk.set_defaults(func=run_check)
     rn = verify_sub.add_parser("run", help="run a workload of real clients, then check it")
     target = rn.add_mutually_exclusive_group(required=True)
@@ -43,6 +45,7 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument("--fault-duration", type=float, default=2.0, help="seconds each fault lasts")
     rn.add_argument("--history", default="verify-history.jsonl", help="history file to write")
     rn.add_argument("--report", help="JSON report file")
+    rn.add_argument("--timeline", help="HTML timeline of throughput, errors and faults")
     rn.set_defaults(func=run_workload)
 
 
@@ -57,6 +60,8 @@ def run_check(args: argparse.Namespace) -> int:
     print(summary(result))
     if args.report:
         write_report(result, args.report)
+    if args.timeline:
+        write_timeline(ops, args.timeline, f"oncelog verify: {args.history}")
     return 0 if result.ok else 1
 
 
@@ -83,8 +88,11 @@ def run_workload(args: argparse.Namespace) -> int:
     except (RuntimeError, ValueError, OSError) as e:
         print(f"verify run failed: {e}", file=sys.stderr)
         return 2
-    result = check(read_history(config.history))
+    ops = read_history(config.history)
+    result = check(ops)
     print(summary(result))
+    if args.timeline:
+        write_timeline(ops, args.timeline, f"oncelog verify run: {config.history}")
     if args.report:
         report = result.to_json()
         report["run"] = {
