@@ -377,6 +377,49 @@ def test_duplicate_copy() -> None:
     assert len([o for o in a.ops if o.process == "copier"]) == 2
 
 
+def test_aborted_copy_is_not_a_copy() -> None:
+    """A copy in an aborted transaction, redone after the rewind, is not a duplicate."""
+    h = H()
+    h.send("p", "x0", 0, topic="in")
+    h.txn("copier", "begin", 10)
+    h.send("copier", "y0", 0, topic="out", txn=10, source=Source("in", 0, 0))
+    h.txn("copier", "abort", 10)
+    h.txn("copier", "begin", 11)
+    h.send("copier", "y0b", 2, topic="out", txn=11, source=Source("in", 0, 0))
+    h.txn("copier", "commit", 11)
+    h.final([(0, "x0")], topic="in", isolation="read_uncommitted")
+    h.final([(0, "y0"), (2, "y0b")], topic="out", isolation="read_uncommitted")
+    assert not h.check().of_kind("duplicate-copy") and not h.check().of_kind("missing-copy")
+
+
+def test_aborted_copy_alone_is_missing() -> None:
+    h = H()
+    h.send("p", "x0", 0, topic="in")
+    h.txn("copier", "begin", 10)
+    h.send("copier", "y0", 0, topic="out", txn=10, source=Source("in", 0, 0))
+    h.txn("copier", "abort", 10)
+    h.final([(0, "x0")], topic="in", isolation="read_uncommitted")
+    h.final([(0, "y0")], topic="out", isolation="read_uncommitted")
+    (a,) = only(h.check(), "missing-copy")
+    assert a.details["input_offset"] == 0
+
+
+def test_aborted_input_need_not_be_copied() -> None:
+    """A read_committed copier never sees an aborted input; only committed inputs are owed."""
+    h = H()
+    h.txn("tp", "begin", 1)
+    h.send("tp", "x0", 0, topic="in", txn=1)
+    h.txn("tp", "abort", 1)
+    h.send("p", "x1", 2, topic="in")
+    h.txn("copier", "begin", 10)
+    h.send("copier", "y1", 0, topic="out", txn=10, source=Source("in", 0, 2))
+    h.txn("copier", "commit", 10)
+    h.final([(0, "x0"), (2, "x1")], topic="in", isolation="read_uncommitted")
+    h.final([(0, "y1")], topic="out", isolation="read_uncommitted")
+    result = h.check()
+    assert not result.of_kind("missing-copy") and not result.of_kind("duplicate-copy")
+
+
 # -- generated clean histories --------------------------------------------------------------------
 
 

@@ -40,6 +40,12 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument("--txn-producers", type=int, default=1, help="transactional producers")
     rn.add_argument("--abort-probability", type=float, default=0.2)
     rn.add_argument("--consumers", type=int, default=2, help="assign consumers (rc, ru, ...)")
+    rn.add_argument(
+        "--copiers", type=int, default=0, help="consume-transform-produce copiers (transactional)"
+    )
+    rn.add_argument(
+        "--subscribe", action="store_true", help="consumers subscribe (own group) instead of assign"
+    )
     rn.add_argument("--faults", default="", help="comma-separated: kill,pause")
     rn.add_argument("--fault-interval", type=float, default=3.0, help="quiet seconds between")
     rn.add_argument("--fault-duration", type=float, default=2.0, help="seconds each fault lasts")
@@ -78,6 +84,8 @@ def run_workload(args: argparse.Namespace) -> int:
         txn_producers=args.txn_producers,
         abort_probability=args.abort_probability,
         consumers=args.consumers,
+        copiers=args.copiers,
+        subscribe=args.subscribe,
         faults=[f for f in args.faults.split(",") if f],
         fault_interval=args.fault_interval,
         fault_duration=args.fault_duration,

@@ -460,7 +460,11 @@ class Checker:
     # -- 7. copiers ---------------------------------------------------------------------------
 
     def _check_copies(self) -> None:
+        """Only copies whose transaction committed count; an input written by a transaction that
+        did not (certainly) commit need not be copied, and one with an indeterminate copy may
+        lack a committed one."""
         copies: dict[tuple[TopicPartition, int], list[OpRef]] = defaultdict(list)
+        maybe: set[tuple[TopicPartition, int]] = set()
         inputs: set[TopicPartition] = set()
         for tp, (_, final) in self.ix.finals.items():
             for r in final.records:
@@ -470,19 +474,32 @@ class Checker:
                 src = found[1].source
                 src_tp = TopicPartition(src.topic, src.partition)
                 inputs.add(src_tp)
-                copies[(src_tp, src.offset)].append(_ref(found[0], found[1]))
+                status = "committed" if found[1].txn is None else self._txn(found[1].txn)
+                if status == "committed":
+                    copies[(src_tp, src.offset)].append(_ref(found[0], found[1]))
+                elif status == "indeterminate":
+                    maybe.add((src_tp, src.offset))
         for src_tp in sorted(inputs):
             final_in = self.ix.finals.get(src_tp)
             if final_in is None:
                 continue
             fref = _ref(final_in[0], final_in[1])
             for r in final_in[1].records:
+                written = self.ix.send_of(src_tp, r.value)
+                txn = None if written is None else written[1].txn
+                if txn is not None and self._txn(txn) != "committed":
+                    continue  # aborted or unknown input: a read_committed copier may skip it
                 made = copies.get((src_tp, r.offset), [])
                 details = {"input_offset": r.offset, "input_value": r.value, "copies": len(made)}
+                if not made and (src_tp, r.offset) in maybe:
+                    continue
                 if not made:
                     self._add("missing-copy", src_tp, details, [fref])
                 elif len(made) > 1:
                     self._add("duplicate-copy", src_tp, details, [fref, *made])
+
+    def _txn(self, txn: int) -> str:
+        return self.ix.txn_status.get(txn, "aborted")
 
 
 def check(ops: Sequence[Op]) -> CheckResult:

@@ -19,6 +19,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,8 @@ class RunConfig:
     txn_producers: int = 1
     abort_probability: float = 0.2
     consumers: int = 2
+    copiers: int = 0
+    subscribe: bool = False
     faults: list[str] = field(default_factory=list)
     fault_interval: float = 3.0
     fault_duration: float = 2.0
@@ -185,14 +188,32 @@ class IdempotentProducer(Client):
             }
         )
 
-    def send(self, producer: Producer, partition: int, tid: str | None, txn: int | None) -> None:
+    def send(
+        self,
+        producer: Producer,
+        partition: int,
+        tid: str | None,
+        txn: int | None,
+        topic: str | None = None,
+        source: h.Source | None = None,
+    ) -> None:
         """Record the invocation, produce, and record the completion from the delivery report."""
         index = next(self.index)
-        process, topic = self.process, self.run_.topic
+        process, topic = self.process, topic or self.run_.topic
         value = f"{process}-{index}"
         self.rec.write(
             h.Send(
-                process, index, "invoke", topic, partition, value, None, tid, txn, time=time.time()
+                process,
+                index,
+                "invoke",
+                topic,
+                partition,
+                value,
+                None,
+                tid,
+                txn,
+                source=source,
+                time=time.time(),
             )
         )
 
@@ -211,6 +232,7 @@ class IdempotentProducer(Client):
                     tid,
                     txn,
                     offset=offset,
+                    source=source,
                     error=None if err is None else _error_text(err),
                     time=time.time(),
                 )
@@ -314,11 +336,19 @@ class TransactionalProducer(IdempotentProducer):
 
 
 class AssignConsumer(Client):
-    """Reads every partition from offset 0 with assign; each consume() call is one poll op."""
+    """Reads every partition from offset 0 with assign; each consume() call is one poll op.
 
-    def __init__(self, name: str, run: Run, isolation: h.Isolation) -> None:
+    With ``mode="subscribe"`` it subscribes instead, in a group of its own (so it gets every
+    partition, from the earliest offset): the checker then skips the cross-poll order checks,
+    since a rebalance may legitimately rewind a group consumer.
+    """
+
+    def __init__(
+        self, name: str, run: Run, isolation: h.Isolation, mode: h.Mode = "assign"
+    ) -> None:
         super().__init__(name, run)
         self.isolation: h.Isolation = isolation
+        self.mode: h.Mode = mode
         self.next_offsets: dict[int, int] = {}
 
     def make(self) -> Consumer:
@@ -334,6 +364,9 @@ class AssignConsumer(Client):
             }
         )
         topic = self.run_.topic
+        if self.mode == "subscribe":
+            consumer.subscribe([topic])
+            return consumer
         consumer.assign(
             [
                 CkTopicPartition(topic, p, self.next_offsets.get(p, 0))
@@ -347,7 +380,7 @@ class AssignConsumer(Client):
         while not self.run_.stop.is_set():
             index = next(self.index)
             self.rec.write(
-                h.Poll(self.process, index, "invoke", "assign", self.isolation, time=time.time())
+                h.Poll(self.process, index, "invoke", self.mode, self.isolation, time=time.time())
             )
             try:
                 messages = consumer.consume(num_messages=200, timeout=0.3)
@@ -357,7 +390,7 @@ class AssignConsumer(Client):
                         self.process,
                         index,
                         "info",
-                        "assign",
+                        self.mode,
                         self.isolation,
                         error=_error_text(e.args[0]),
                         time=time.time(),
@@ -386,7 +419,7 @@ class AssignConsumer(Client):
                     self.process,
                     index,
                     phase,
-                    "assign",
+                    self.mode,
                     self.isolation,
                     tuple(records),
                     error="; ".join(errors) or None,
@@ -394,6 +427,98 @@ class AssignConsumer(Client):
                 )
             )
         consumer.close()
+
+
+class Copier(TransactionalProducer):
+    """Consume-transform-produce: copies the topic into the output topic, exactly once.
+
+    A read_committed group consumer (one group for all copiers) feeds a transactional producer;
+    each batch is one transaction holding the copies and the consumed offsets
+    (send_offsets_to_transaction). Every copy is recorded with its ``source``, so the checker can
+    prove each input was copied exactly once. After an abort (asked for, or after a failed
+    commit) the consumer rewinds to the group's committed offsets. Copiers keep draining after
+    the producers stop, until the input has been idle for a few seconds.
+    """
+
+    def make_consumer(self) -> Consumer:
+        consumer = Consumer(
+            {
+                "bootstrap.servers": self.run_.bootstrap,
+                "log_level": 0,
+                "group.id": f"{self.run_.topic}-copiers",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "auto.offset.reset": "earliest",
+                "client.id": f"{self.process}-consumer",
+            }
+        )
+        consumer.subscribe([self.run_.topic])
+        return consumer
+
+    def rewind(self, consumer: Consumer) -> Consumer:
+        """Back to the committed offsets; a consumer that cannot seek is replaced."""
+        try:
+            committed = consumer.committed(consumer.assignment(), timeout=10)
+            for tp in committed:
+                if tp.offset < 0:
+                    tp.offset = -2  # OFFSET_BEGINNING
+                consumer.seek(tp)
+            return consumer
+        except KafkaException:
+            consumer.close()
+            return self.make_consumer()
+
+    def work(self) -> None:
+        producer, consumer = self.make_txn(), self.make_consumer()
+        rng = random.Random(self.base)
+        idle_since = time.monotonic()
+        while not (self.run_.producers_done.is_set() and time.monotonic() - idle_since > 3):
+            try:
+                messages = [m for m in consumer.consume(200, 0.3) if m.error() is None]
+            except KafkaException:
+                consumer.close()
+                consumer = self.make_consumer()
+                continue
+            if not messages:
+                continue
+            idle_since = time.monotonic()
+            txn = self.run_.next_txn()
+            if not self.txn_op("begin", txn, producer.begin_transaction):
+                producer, consumer = self.recreate(producer), self.rewind(consumer)
+                continue
+            for m in messages:
+                partition, offset = m.partition(), m.offset()
+                assert partition is not None and offset is not None
+                source = h.Source(self.run_.topic, partition, offset)
+                tid = self.transactional_id()
+                self.send(producer, partition, tid, txn, self.run_.output_topic, source)
+                producer.poll(0)
+            producer.flush(15)
+            abort = rng.random() < self.run_.config.abort_probability
+            if self.settle(producer, consumer, txn, abort):
+                continue
+            aborted = self.txn_op("abort", txn, partial(producer.abort_transaction, 15))
+            consumer = self.rewind(consumer)
+            if not aborted:
+                producer = self.recreate(producer)
+        consumer.close()
+        producer.flush(15)
+
+    def settle(self, producer: Producer, consumer: Consumer, txn: int, abort: bool) -> bool:
+        """Add the offsets and commit; False when the transaction must be aborted instead."""
+        if abort or not self.offsets(producer, consumer):
+            return False
+        return self.txn_op("commit", txn, partial(producer.commit_transaction, 15))
+
+    def offsets(self, producer: Producer, consumer: Consumer) -> bool:
+        """Put the consumer's positions into the transaction."""
+        try:
+            positions = consumer.position(consumer.assignment())
+            meta = consumer.consumer_group_metadata()
+            producer.send_offsets_to_transaction(positions, meta, 15)
+            return True
+        except KafkaException:
+            return False
 
 
 class Run:
@@ -404,6 +529,8 @@ class Run:
         self.topic = config.topic or f"verify-{uuid.uuid4().hex[:8]}"
         self.stop = threading.Event()
         self.faults_done = threading.Event()
+        self.producers_done = threading.Event()
+        self.output_topic = f"{self.topic}-out"
         self._partition = itertools.count()
         self._txn = itertools.count(1)
         self._lock = threading.Lock()
@@ -474,12 +601,15 @@ class Run:
 
     def create_topic(self) -> None:
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        futures = admin.create_topics([NewTopic(self.topic, self.config.partitions, 1)])
+        topics = [NewTopic(self.topic, self.config.partitions, 1)]
+        if self.config.copiers:
+            topics.append(NewTopic(self.output_topic, self.config.partitions, 1))
+        futures = admin.create_topics(topics)
         for f in futures.values():
             f.result(30)
         self.wait_ready()
 
-    def final_read(self, partition: int) -> h.FinalRead:
+    def final_read(self, topic: str, partition: int) -> h.FinalRead:
         """Every record of one partition from offset 0, read_uncommitted, up to the high mark."""
         consumer = Consumer(
             {
@@ -488,14 +618,12 @@ class Run:
                 "group.id": f"{self.topic}-final",
                 "enable.auto.commit": False,
                 "isolation.level": "read_uncommitted",
-                "client.id": f"final-{partition}",
+                "client.id": f"final-{topic}-{partition}",
             }
         )
         try:
-            _, high = consumer.get_watermark_offsets(
-                CkTopicPartition(self.topic, partition), timeout=30
-            )
-            consumer.assign([CkTopicPartition(self.topic, partition, 0)])
+            _, high = consumer.get_watermark_offsets(CkTopicPartition(topic, partition), timeout=30)
+            consumer.assign([CkTopicPartition(topic, partition, 0)])
             records: list[h.Record] = []
             idle_since = time.monotonic()
             while records[-1].offset + 1 < high if records else high > 0:
@@ -506,14 +634,12 @@ class Run:
                     value = raw.decode() if isinstance(raw, bytes) else str(raw)
                     offset = m.offset()
                     assert offset is not None
-                    records.append(h.Record(self.topic, partition, offset, value))
+                    records.append(h.Record(topic, partition, offset, value))
                 if got:
                     idle_since = time.monotonic()
                 elif time.monotonic() - idle_since > 2:
                     break  # the tail is control records (transaction markers)
-            return h.FinalRead(
-                self.topic, partition, "read_uncommitted", tuple(records), time.time()
-            )
+            return h.FinalRead(topic, partition, "read_uncommitted", tuple(records), time.time())
         finally:
             consumer.close()
 
@@ -537,8 +663,24 @@ class Run:
         out += [TransactionalProducer(f"txn{i}", self) for i in range(cfg.txn_producers)]
         for i in range(cfg.consumers):
             isolation: h.Isolation = "read_committed" if i % 2 == 0 else "read_uncommitted"
-            out.append(AssignConsumer(f"consumer{i}", self, isolation))
+            mode: h.Mode = "subscribe" if cfg.subscribe else "assign"
+            out.append(AssignConsumer(f"consumer{i}", self, isolation, mode))
+        out += [Copier(f"copier{i}", self) for i in range(cfg.copiers)]
         return out
+
+    def drain(self, clients: list[Client]) -> None:
+        """Stop the clients (copiers last, once they copied everything), then the final reads."""
+        for c in clients:
+            if not isinstance(c, Copier):
+                c.join(90)
+        self.producers_done.set()
+        for c in clients:
+            c.join(90)
+        self.wait_ready()
+        topics = [self.topic] + ([self.output_topic] if self.config.copiers else [])
+        for topic in topics:
+            for p in range(self.config.partitions):
+                self.recorder.write(self.final_read(topic, p))
 
     def execute(self) -> RunStats:
         """Start (maybe) a broker, run clients and faults, heal, final-read; return the stats."""
@@ -571,11 +713,7 @@ class Run:
             for t in threads:
                 t.join(60)
             self.heal_all()
-            for c in clients:
-                c.join(90)
-            self.wait_ready()
-            for p in range(cfg.partitions):
-                self.recorder.write(self.final_read(p))
+            self.drain(clients)
             failures = [f"{c.name}: {c.failure!r}" for c in clients if c.failure is not None]
             if failures:
                 raise RuntimeError("clients failed: " + "; ".join(failures))
