@@ -469,6 +469,22 @@ class GroupCoordinator:
         code = self._check_commit(group_id, generation, member_id, instance_id)
         if code is not E.none:
             return Result(dict.fromkeys(offsets, code))
+        group = self.groups.get(group_id)
+        if group is not None:
+            member = group.members.get(member_id)
+            if member is not None:
+                member.last_heartbeat_ms = self.clock.monotonic_ms()
+        return self._offset_records(group_id, offsets)
+
+    def _offset_records(
+        self,
+        group_id: str,
+        offsets: dict[TopicPartition, OffsetValue],
+        producer_id: int = -1,
+        producer_epoch: int = -1,
+    ) -> Result:
+        """The records of an (transactional) offset commit and its per-partition answer;
+        metadata above offset.metadata.max.bytes is refused for that partition alone."""
         response: dict[TopicPartition, ErrorCode] = {}
         records = []
         for tp, value in offsets.items():
@@ -476,13 +492,9 @@ class GroupCoordinator:
                 response[tp] = E.offset_metadata_too_large
                 continue
             response[tp] = E.none
-            records.append(GroupRecord(OffsetKey(group_id, tp.topic, tp.partition), value))
+            key = OffsetKey(group_id, tp.topic, tp.partition)
+            records.append(GroupRecord(key, value, producer_id, producer_epoch))
         ok = [tp for tp, c in response.items() if c is E.none]
-        group = self.groups.get(group_id)
-        if group is not None:
-            member = group.members.get(member_id)
-            if member is not None:
-                member.last_heartbeat_ms = self.clock.monotonic_ms()
 
         def fail(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
             return {**response, **dict.fromkeys(ok, code)}
@@ -528,21 +540,7 @@ class GroupCoordinator:
         code = self._check_txn_commit(group_id, generation, member_id, instance_id)
         if code is not E.none:
             return Result(dict.fromkeys(offsets, code))
-        response: dict[TopicPartition, ErrorCode] = {}
-        records = []
-        for tp, value in offsets.items():
-            if len(value.metadata.encode()) > self.settings.max_metadata_bytes:
-                response[tp] = E.offset_metadata_too_large
-                continue
-            response[tp] = E.none
-            key = OffsetKey(group_id, tp.topic, tp.partition)
-            records.append(GroupRecord(key, value, producer_id, producer_epoch))
-        ok = [tp for tp, c in response.items() if c is E.none]
-
-        def fail(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
-            return {**response, **dict.fromkeys(ok, code)}
-
-        return Result(response, records, fail)
+        return self._offset_records(group_id, offsets, producer_id, producer_epoch)
 
     def _check_txn_commit(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
