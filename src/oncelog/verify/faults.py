@@ -125,10 +125,8 @@ class Fault(ABC):
         """Undo the fault if active (safe to call when it is not); returns a detail."""
 
 
-class KillFault(Fault):
-    """SIGKILL the broker; heal restarts it on the same port (recovery from an unclean stop)."""
-
-    kind = "kill"
+class BrokerFault(Fault):
+    """A fault on one broker process the tool started."""
 
     def __init__(self, broker: LocalBroker) -> None:
         self.broker = broker
@@ -136,6 +134,12 @@ class KillFault(Fault):
     @property
     def target(self) -> str:
         return self.broker.name
+
+
+class KillFault(BrokerFault):
+    """SIGKILL the broker; heal restarts it on the same port (recovery from an unclean stop)."""
+
+    kind = "kill"
 
     def start(self) -> str | None:
         self.broker.kill()
@@ -149,17 +153,10 @@ class KillFault(Fault):
         return f"restarted in {time.monotonic() - began:.1f}s"
 
 
-class PauseFault(Fault):
+class PauseFault(BrokerFault):
     """SIGSTOP the broker (a process that hangs, e.g. a long GC pause); heal sends SIGCONT."""
 
     kind = "pause"
-
-    def __init__(self, broker: LocalBroker) -> None:
-        self.broker = broker
-
-    @property
-    def target(self) -> str:
-        return self.broker.name
 
     def start(self) -> str | None:
         self.broker.pause()
