@@ -1,0 +1,405 @@
+"""Exactly-once Kafka sink of the `oncelog` Python data source (streaming and batch writes).
+
+Streaming, per Spark partition and batch (standard Kafka APIs only, so any Kafka works):
+
+* transactional.id = ``{sinkId}-{queryId}-{partitionId}``: the same for every attempt and every
+  restart of one checkpoint, so ``init_transactions()`` in a new attempt fences zombie and
+  speculative attempts and aborts whatever they left open;
+* the partition's *marker* — consumer group = the transactional.id, offset ``batchId + 1`` on
+  partition 0 of the marker topic, metadata = batch id, record count, content digest — is
+  committed inside the same transaction as the records (``send_offsets_to_transaction``), so
+  records and marker become visible together or not at all;
+* a replayed batch whose marker is already there is read, digested and skipped; a different
+  digest fails the task loudly (`NonDeterministicReplay`);
+* the driver's ``commit`` writes an idempotent *seal* (group ``{sinkId}-{queryId}-seal``).
+
+A read_committed reader may see a batch's partitions before Spark records the batch as
+committed; a replay never duplicates them. ``semantics=at-least-once`` is the contrast writer:
+an idempotent producer without transactions or markers, so a replayed batch is written again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from pyspark import TaskContext
+from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.types import StructType
+
+from oncelog.spark.markers import (
+    Action,
+    Digest,
+    Marker,
+    Seal,
+    marker_group,
+    plan,
+    seal_group,
+    verify_replay,
+)
+from oncelog.spark.rows import RowEncoder, row_encoder
+from oncelog.spark.sink_options import SinkOptions
+
+log = logging.getLogger(__name__)
+
+#: Timeout of every blocking client call (init, commit, offset fetch), seconds.
+CLIENT_TIMEOUT = 60.0
+#: Serve delivery reports every this many rows so the producer queue drains while we produce.
+POLL_EVERY = 4096
+#: Rows produced by attempt 0 before the `failTaskAttempt0` hook raises.
+FAIL_AFTER_ROWS = 1
+
+
+class InjectedFailure(RuntimeError):
+    """Raised by the `oncelog.testing.failTaskAttempt0` hook (testing only)."""
+
+
+class DeliveryFailed(RuntimeError):
+    """Records the producer could not deliver (at-least-once mode)."""
+
+
+@dataclass
+class SinkCommitMessage(WriterCommitMessage):
+    """What one task wrote; the driver's commit sums these into the batch seal."""
+
+    partition_id: int
+    batch_id: int
+    query_id: str
+    transactional_id: str | None
+    records: int
+    digest: str
+    skipped: bool
+    semantics: str
+
+
+# == Client helpers (also used by tests and the pipeline) ======================================
+
+
+def marker_partition(opts: SinkOptions) -> TopicPartition:
+    """Where markers and seals live: partition 0 of the marker topic (offsets need a real
+    partition; one partition is enough because the group id already tells tasks apart)."""
+    assert opts.marker_topic is not None
+    return TopicPartition(opts.marker_topic, 0)
+
+
+def transactional_producer(opts: SinkOptions, transactional_id: str) -> Producer:
+    """A producer whose `init_transactions()` fenced every older holder of the id."""
+    producer = Producer(
+        {
+            "partitioner": "murmur2_random",  # same partition for a key as Java clients
+            **opts.client_conf(),
+            "transactional.id": transactional_id,
+        }
+    )
+    producer.init_transactions(CLIENT_TIMEOUT)
+    return producer
+
+
+def group_client(opts: SinkOptions, group_id: str) -> Consumer:
+    """A consumer that never subscribes: it reads/commits offsets and names the group of a
+    transactional offset commit (generation -1, no member id)."""
+    conf: dict[str, Any] = {
+        **opts.client_conf(),
+        "group.id": group_id,
+        "enable.auto.commit": False,
+        "isolation.level": "read_committed",
+    }
+    return Consumer(conf)
+
+
+def read_marker(consumer: Consumer, tp: TopicPartition) -> Marker | None:
+    """The marker of the consumer's group. librdkafka asks with require_stable, so an
+    in-flight transactional commit is waited for, never answered with a stale offset."""
+    [stored] = consumer.committed([TopicPartition(tp.topic, tp.partition)], CLIENT_TIMEOUT)
+    if stored.error is not None:
+        raise KafkaException(stored.error)
+    return Marker.decode(stored.offset, stored.metadata)
+
+
+def read_seal(opts: SinkOptions, query_id: str) -> Seal | None:
+    consumer = group_client(opts, seal_group(opts.sink_id, query_id))
+    try:
+        tp = marker_partition(opts)
+        [stored] = consumer.committed([tp], CLIENT_TIMEOUT)
+        return Seal.decode(stored.offset, stored.metadata)
+    finally:
+        consumer.close()
+
+
+def produce_rows(
+    producer: Producer,
+    encode: RowEncoder,
+    rows: Iterator[Any],
+    digest: Digest,
+    stop_after: int | None = None,
+) -> None:
+    """Produce every row with bounded buffering: a full local queue waits for deliveries."""
+    produce = producer.produce
+    poll = producer.poll
+    add = digest.add
+    for row in rows:
+        topic, partition, key, value, headers = encode(row)
+        add(topic, partition, key, value, headers)
+        while True:
+            try:
+                produce(
+                    topic,
+                    value,
+                    key,
+                    -1 if partition is None else partition,
+                    headers=headers,  # type: ignore[arg-type]  # list is invariant; bytes is fine
+                )
+                break
+            except BufferError:
+                poll(0.1)
+        if digest.count % POLL_EVERY == 0:
+            poll(0)
+        if stop_after is not None and digest.count >= stop_after:
+            return
+
+
+def digest_rows(encode: RowEncoder, rows: Iterator[Any]) -> Digest:
+    digest = Digest()
+    add = digest.add
+    for row in rows:
+        add(*encode(row))
+    return digest
+
+
+def _run_transaction(producer: Producer, body: Callable[[], None]) -> None:
+    """begin → body → commit; an abortable error aborts and re-raises so Spark retries the task
+    (the retry's init_transactions fences us anyway). Retriable commit errors are retried."""
+    producer.begin_transaction()
+    try:
+        body()
+        for attempt in range(5):
+            try:
+                producer.commit_transaction(CLIENT_TIMEOUT)
+                return
+            except KafkaException as exc:
+                err: KafkaError = exc.args[0]
+                if not err.retriable() or attempt == 4:
+                    raise
+                log.warning("commit_transaction retriable error %s, retrying", err)
+    except KafkaException as exc:
+        err = exc.args[0]
+        if err.txn_requires_abort():
+            producer.abort_transaction(CLIENT_TIMEOUT)
+        raise
+
+
+def _flush_checked(producer: Producer, errors: list[KafkaError]) -> None:
+    remaining = producer.flush(CLIENT_TIMEOUT)
+    if remaining or errors:
+        raise DeliveryFailed(f"{remaining} records undelivered, errors: {errors[:5]}")
+
+
+def _plain_producer(opts: SinkOptions, errors: list[KafkaError]) -> Producer:
+    def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+        if err is not None:
+            errors.append(err)
+
+    return Producer(
+        {
+            "partitioner": "murmur2_random",
+            **opts.client_conf(),
+            "enable.idempotence": True,
+            "delivery.report.only.error": True,
+            "on_delivery": on_delivery,
+        }
+    )
+
+
+def _task_context() -> TaskContext:
+    ctx = TaskContext.get()
+    if ctx is None:
+        raise RuntimeError("the Kafka sink's write() must run inside a Spark task")
+    return ctx
+
+
+# == Streaming ================================================================================
+
+
+class KafkaStreamWriter(DataSourceStreamWriter):
+    """Streaming writer: exactly-once per Spark partition (or at-least-once on request)."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        self.opts = SinkOptions.parse(options)
+        self.schema = schema
+        row_encoder(schema, self.opts.topic)  # fail on the driver, before any task runs
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        ctx = _task_context()
+        partition_id = ctx.partitionId()
+        attempt = ctx.attemptNumber()
+        batch_id = int(ctx.getLocalProperty("streaming.sql.batchId") or "-1")
+        query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
+        if batch_id < 0 or not query_id:
+            raise RuntimeError("streaming batch id / query id missing from the task context")
+        encode = row_encoder(self.schema, self.opts.topic)
+        fail = self.opts.fail_attempt0 == (batch_id, partition_id) and attempt == 0
+        if not self.opts.exactly_once:
+            return self._write_at_least_once(
+                iterator, encode, partition_id, batch_id, query_id, fail
+            )
+        txn_id = marker_group(self.opts.sink_id, query_id, partition_id)
+        producer = transactional_producer(self.opts, txn_id)
+        consumer = group_client(self.opts, txn_id)
+        try:
+            tp = marker_partition(self.opts)
+            marker = read_marker(consumer, tp)
+            if plan(marker, batch_id, partition_id) is Action.VERIFY:
+                assert marker is not None
+                digest = digest_rows(encode, iterator)
+                verify_replay(marker, batch_id, partition_id, digest.hexdigest(), digest.count)
+                log.info("batch %d partition %d already written: skipped", batch_id, partition_id)
+                return SinkCommitMessage(
+                    partition_id, batch_id, query_id, txn_id, digest.count,
+                    digest.hexdigest(), True, self.opts.semantics,
+                )  # fmt: skip
+            digest = Digest()
+
+            def body() -> None:
+                if fail:
+                    produce_rows(producer, encode, iterator, digest, stop_after=FAIL_AFTER_ROWS)
+                    producer.flush(CLIENT_TIMEOUT)  # really in the log, uncommitted
+                    raise InjectedFailure(
+                        f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
+                    )
+                produce_rows(producer, encode, iterator, digest)
+                new = Marker(batch_id, digest.count, digest.hexdigest())
+                offsets = [TopicPartition(tp.topic, tp.partition, new.offset, new.metadata())]
+                producer.send_offsets_to_transaction(
+                    offsets, consumer.consumer_group_metadata(), CLIENT_TIMEOUT
+                )
+
+            if fail:
+                # Leave the transaction open, as a crashed attempt would: the retry's
+                # init_transactions must abort it.
+                producer.begin_transaction()
+                body()
+            _run_transaction(producer, body)
+            return SinkCommitMessage(
+                partition_id, batch_id, query_id, txn_id, digest.count,
+                digest.hexdigest(), False, self.opts.semantics,
+            )  # fmt: skip
+        finally:
+            consumer.close()
+
+    def _write_at_least_once(
+        self,
+        iterator: Iterator[Any],
+        encode: RowEncoder,
+        partition_id: int,
+        batch_id: int,
+        query_id: str,
+        fail: bool,
+    ) -> SinkCommitMessage:
+        errors: list[KafkaError] = []
+        producer = _plain_producer(self.opts, errors)
+        digest = Digest()
+        produce_rows(producer, encode, iterator, digest, FAIL_AFTER_ROWS if fail else None)
+        _flush_checked(producer, errors)
+        if fail:
+            raise InjectedFailure(
+                f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
+            )
+        return SinkCommitMessage(
+            partition_id, batch_id, query_id, None, digest.count, digest.hexdigest(), False,
+            self.opts.semantics,
+        )  # fmt: skip
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Seal the batch. Runs on the driver in a fresh instance and may run twice for one
+        batch after a restart: the seal is a plain offset commit of a fixed value, harmless
+        to repeat. The query id comes from the executors' messages."""
+        done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        kill = self.opts.kill_in_commit
+        if kill is not None and kill[1] == batchId:
+            os.kill(kill[0], signal.SIGKILL)
+            time.sleep(60)
+        if not self.opts.exactly_once:
+            log.info("batch %d written at-least-once by %d tasks", batchId, len(done))
+            return
+        query_ids = {m.query_id for m in done}
+        if not query_ids:
+            log.info("batch %d had no writer tasks: nothing to seal", batchId)
+            return
+        if len(query_ids) != 1:
+            raise RuntimeError(f"batch {batchId} commit messages name several queries {query_ids}")
+        seal = Seal(
+            batchId, len(done), sum(m.records for m in done), sum(1 for m in done if m.skipped)
+        )
+        consumer = group_client(self.opts, seal_group(self.opts.sink_id, query_ids.pop()))
+        try:
+            tp = marker_partition(self.opts)
+            consumer.commit(
+                offsets=[TopicPartition(tp.topic, tp.partition, seal.offset, seal.metadata())],
+                asynchronous=False,
+            )
+        finally:
+            consumer.close()
+        log.info("batch %d sealed: %s", batchId, seal)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        """Nothing to undo: a partition that committed keeps its records and its marker, so the
+        retried batch skips it; partitions that failed left only aborted transactions."""
+        done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        log.warning(
+            "batch %d aborted by Spark; %d partitions already committed (a replay skips them)",
+            batchId,
+            len(done),
+        )
+
+
+# == Batch ====================================================================================
+
+
+class KafkaBatchWriter(DataSourceWriter):
+    """`df.write`: one transaction per task (atomic per task, not per job: a failed job may
+    leave some tasks' output committed). Ids are unique per job and attempt, so attempts never
+    fence each other; a crashed attempt's transaction ends at transaction.timeout.ms."""
+
+    def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
+        self.opts = SinkOptions.parse(options)
+        self.schema = schema
+        self.job = uuid.uuid4().hex  # chosen on the driver, pickled to every task
+        row_encoder(schema, self.opts.topic)
+
+    def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
+        ctx = _task_context()
+        partition_id = ctx.partitionId()
+        attempt = ctx.attemptNumber()
+        encode = row_encoder(self.schema, self.opts.topic)
+        digest = Digest()
+        if not self.opts.exactly_once:
+            errors: list[KafkaError] = []
+            producer = _plain_producer(self.opts, errors)
+            produce_rows(producer, encode, iterator, digest)
+            _flush_checked(producer, errors)
+            txn_id = None
+        else:
+            txn_id = f"{self.opts.sink_id}-batch-{self.job}-{partition_id}-{attempt}"
+            producer = transactional_producer(self.opts, txn_id)
+            _run_transaction(producer, lambda: produce_rows(producer, encode, iterator, digest))
+        return SinkCommitMessage(
+            partition_id, -1, self.job, txn_id, digest.count, digest.hexdigest(), False,
+            self.opts.semantics,
+        )  # fmt: skip
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        log.info("batch write %s: %d records by %d tasks", self.job, sum(m.records for m in done),
+                 len(done))  # fmt: skip
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        done = [m for m in messages if isinstance(m, SinkCommitMessage)]
+        log.warning("batch write %s failed; %d tasks had committed their transaction", self.job,
+                    len(done))  # fmt: skip
