@@ -1,0 +1,228 @@
+"""The pipeline as a subprocess: start it, watch its batch lines, SIGKILL it with its JVM.
+
+`oncelog pipeline averages` runs in its own session (process group). Killing it means killing
+the Python driver, the JVM it launched and the Python workers — and PySpark's worker daemon
+puts itself in a process group of its own, so a killpg alone could leave it behind. `kill()`
+therefore snapshots every descendant (from /proc) first, then SIGKILLs the group and each of
+them, and waits until none is left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+BATCH = re.compile(r"^batch (\d+) (?:rows (\d+)|skipped)")
+
+
+def descendants(pid: int) -> set[int]:
+    """All living descendants of `pid` (children, grandchildren, …) from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out: set[int] = set()
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            if child not in out:
+                out.add(child)
+                todo.append(child)
+    return out
+
+
+def _sigkill(pid: int, *, group: bool = False) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        (os.killpg if group else os.kill)(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+class PipelineProcess:
+    """One `oncelog pipeline averages` run; stdout lines are collected by a reader thread."""
+
+    def __init__(self, args: list[str], log: Path) -> None:
+        self.args = args
+        self.log = log
+        self.lines: list[str] = []
+        self._cond = threading.Condition()
+        self._tree: set[int] = set()
+        env = {
+            **os.environ,
+            "PYSPARK_PYTHON": sys.executable,
+            "PYSPARK_DRIVER_PYTHON": sys.executable,
+            "PYTHONUNBUFFERED": "1",
+        }
+        with open(log, "ab") as err:
+            err.write(f"\n=== {' '.join(args)}\n".encode())
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "oncelog.cli.main",
+                    "--log-level",
+                    "WARNING",
+                    "pipeline",
+                    "averages",
+                    *args,
+                ],
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+                env=env,
+                start_new_session=True,
+            )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.rstrip("\n"))
+                self._cond.notify_all()
+            # Remember the tree while it is alive: after the driver dies, orphans are
+            # re-parented and no longer findable from its pid.
+            self._tree |= descendants(self.proc.pid)
+        with self._cond:
+            self._cond.notify_all()
+
+    def batches(self) -> list[tuple[int, int | None]]:
+        """(batch id, rows or None when skipped) for every batch line so far."""
+        out = []
+        for line in list(self.lines):
+            match = BATCH.match(line)
+            if match:
+                out.append((int(match.group(1)), int(match.group(2)) if match.group(2) else None))
+        return out
+
+    def wait_for(self, pattern: str, timeout: float) -> re.Match[str]:
+        """The first stdout line matching `pattern`; fails if the process ends or time runs out."""
+        regex = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for line in self.lines[seen:]:
+                    match = regex.search(line)
+                    if match:
+                        return match
+                seen = len(self.lines)
+                if self.proc.poll() is not None and not self._reader.is_alive():
+                    raise AssertionError(
+                        f"pipeline exited ({self.proc.returncode}) before {pattern!r}:\n"
+                        + self.tail()
+                    )
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"timed out waiting for {pattern!r}:\n" + self.tail())
+                self._cond.wait(min(left, 0.5))
+
+    def wait_for_batch(self, minimum: int, timeout: float) -> int:
+        """Wait until a batch with id ≥ `minimum` has been reported; its id."""
+        deadline = time.monotonic() + timeout
+        while True:
+            done = [b for b, _ in self.batches() if b >= minimum]
+            if done:
+                return done[0]
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no batch ≥ {minimum} in time:\n" + self.tail())
+            if self.proc.poll() is not None and not self._reader.is_alive():
+                raise AssertionError(f"pipeline exited before batch {minimum}:\n" + self.tail())
+            time.sleep(0.05)
+
+    def tail(self, n: int = 40) -> str:
+        try:
+            err = self.log.read_text(errors="replace").splitlines()[-n:]
+        except OSError:
+            err = []
+        return "stdout:\n" + "\n".join(self.lines[-n:]) + "\nstderr:\n" + "\n".join(err)
+
+    def wait(self, timeout: float) -> int:
+        """Exit code of the driver; kills everything if it does not end in time."""
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"pipeline did not finish in {timeout}s:\n" + self.tail()
+            ) from None
+        self._reap()
+        return code
+
+    def terminate(self, timeout: float = 60) -> int:
+        """SIGTERM (clean stop), then SIGKILL if needed."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        return self.wait(timeout)
+
+    def kill(self) -> None:
+        """SIGKILL the driver, its JVM and every Python worker, and wait until all are gone."""
+        tree = self._tree | descendants(self.proc.pid)
+        _sigkill(self.proc.pid, group=True)
+        for pid in tree:
+            _sigkill(pid)
+        self.proc.wait()
+        self._reap(tree)
+
+    def _reap(self, tree: set[int] | None = None) -> None:
+        """Make sure no process of this run survives (the JVM exits when the driver does)."""
+        tree = (tree or set()) | self._tree
+        deadline = time.monotonic() + 30
+        while True:
+            left = [pid for pid in tree if _alive(pid) and pid != os.getpid()]
+            try:
+                os.killpg(self.proc.pid, 0)
+                group_alive = True
+            except ProcessLookupError:
+                group_alive = False
+            if not left and not group_alive:
+                return
+            if time.monotonic() > deadline:
+                for pid in left:
+                    _sigkill(pid)
+                if group_alive:
+                    _sigkill(self.proc.pid, group=True)
+                deadline = time.monotonic() + 10
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def pipelines(tmp_path: Path) -> Iterator[list[PipelineProcess]]:
+    """Start pipelines with `run(pipelines, args)`; all are killed at teardown."""
+    started: list[PipelineProcess] = []
+    yield started
+    for proc in started:
+        if proc.proc.poll() is None:
+            proc.kill()
+        else:
+            proc._reap()
+
+
+def run(started: list[PipelineProcess], args: list[str], log: Path) -> PipelineProcess:
+    proc = PipelineProcess(args, log)
+    started.append(proc)
+    return proc
