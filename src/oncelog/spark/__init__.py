@@ -2,3 +2,7 @@
 
 Speaks only the Kafka protocol through confluent-kafka, so it works against any Kafka cluster.
 """
+
+from oncelog.spark.datasource import OncelogDataSource, register
+
+__all__ = ["OncelogDataSource", "register"]
