@@ -26,25 +26,37 @@ RECS = [
 ]
 
 
-def test_digest_is_deterministic() -> None:
-    assert digest_of(RECS) == digest_of(list(RECS))
-    assert len(digest_of(RECS)) == 32
+@pytest.mark.parametrize("ordered", [False, True])
+def test_digest_is_deterministic(ordered: bool) -> None:
+    assert digest_of(RECS, ordered) == digest_of(list(RECS), ordered)
+    assert digest_of([], ordered) == digest_of([], ordered)
+    assert digest_of(RECS, True) != digest_of(RECS, False)
 
 
-def test_digest_is_order_and_field_sensitive() -> None:
-    base = digest_of(RECS)
-    assert digest_of(list(reversed(RECS))) != base
-    assert digest_of(RECS[:2]) != base
+@pytest.mark.parametrize("ordered", [False, True])
+def test_digest_is_content_sensitive(ordered: bool) -> None:
+    base = digest_of(RECS, ordered)
+    assert digest_of(RECS[:2], ordered) != base
+    assert digest_of([*RECS, RECS[0]], ordered) != base  # a duplicate changes it
     variants = [
         ("t", None, b"k1", b"v1", []),  # no headers vs empty headers
         ("t", 0, b"k1", b"v1", None),  # partition given vs unassigned
         ("t", None, None, b"v1", None),  # null key vs key
         ("t", None, b"k1v", b"1", None),  # same bytes, other boundary
         ("tt", None, b"k1", b"v1", None),
+        ("t", None, b"k1", b"v1", [("h", None)]),
     ]
     for first in variants:
-        assert digest_of([first, *RECS[1:]]) != base, first
-    assert digest_of([]) == digest_of([])
+        assert digest_of([first, *RECS[1:]], ordered) != base, first
+
+
+def test_digest_order() -> None:
+    """Ordered digests see a reordering; the default (unordered) deliberately does not,
+    because Spark's shuffle output order may differ on a replay of the same records."""
+    flipped = list(reversed(RECS))
+    assert digest_of(flipped, ordered=True) != digest_of(RECS, ordered=True)
+    assert digest_of(flipped) == digest_of(RECS)
+    assert len(digest_of(RECS)) == 32
 
 
 def test_marker_roundtrip() -> None:
@@ -113,11 +125,15 @@ def test_options() -> None:
     lax = SinkOptions.parse(
         {"kafka.bootstrap.servers": "h", "sinkId": "s", "semantics": "at-least-once"}
     )
-    assert not lax.exactly_once and lax.topic is None
+    assert not lax.exactly_once and lax.topic is None and not lax.ordered_digest
+    assert SinkOptions.parse(
+        {"kafka.bootstrap.servers": "h", "topic": "t", "digestOrder": "ordered"}
+    ).ordered_digest
     for bad in (
         {"topic": "t"},
         {"kafka.bootstrap.servers": "h", "sinkId": "s"},  # exactly-once without marker topic
         {"kafka.bootstrap.servers": "h", "topic": "t", "semantics": "maybe"},
+        {"kafka.bootstrap.servers": "h", "topic": "t", "digestOrder": "sorted"},
         {"kafka.bootstrap.servers": "h", "topic": "t", "kafka.transactional.id": "x"},
         {"kafka.bootstrap.servers": "h", "topic": "t", "oncelog.testing.failTaskAttempt0": "x"},
     ):

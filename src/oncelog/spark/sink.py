@@ -165,8 +165,8 @@ def produce_rows(
             return
 
 
-def digest_rows(encode: RowEncoder, rows: Iterator[Any]) -> Digest:
-    digest = Digest()
+def digest_rows(encode: RowEncoder, rows: Iterator[Any], ordered: bool) -> Digest:
+    digest = Digest(ordered)
     add = digest.add
     for row in rows:
         add(*encode(row))
@@ -257,14 +257,14 @@ class KafkaStreamWriter(DataSourceStreamWriter):
             marker = read_marker(consumer, tp)
             if plan(marker, batch_id, partition_id) is Action.VERIFY:
                 assert marker is not None
-                digest = digest_rows(encode, iterator)
+                digest = digest_rows(encode, iterator, self.opts.ordered_digest)
                 verify_replay(marker, batch_id, partition_id, digest.hexdigest(), digest.count)
                 log.info("batch %d partition %d already written: skipped", batch_id, partition_id)
                 return SinkCommitMessage(
                     partition_id, batch_id, query_id, txn_id, digest.count,
                     digest.hexdigest(), True, self.opts.semantics,
                 )  # fmt: skip
-            digest = Digest()
+            digest = Digest(self.opts.ordered_digest)
 
             def body() -> None:
                 if fail:
@@ -304,7 +304,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):
     ) -> SinkCommitMessage:
         errors: list[KafkaError] = []
         producer = _plain_producer(self.opts, errors)
-        digest = Digest()
+        digest = Digest(self.opts.ordered_digest)
         produce_rows(producer, encode, iterator, digest, FAIL_AFTER_ROWS if fail else None)
         _flush_checked(producer, errors)
         if fail:
@@ -378,7 +378,7 @@ class KafkaBatchWriter(DataSourceWriter):
         partition_id = ctx.partitionId()
         attempt = ctx.attemptNumber()
         encode = row_encoder(self.schema, self.opts.topic)
-        digest = Digest()
+        digest = Digest(self.opts.ordered_digest)
         if not self.opts.exactly_once:
             errors: list[KafkaError] = []
             producer = _plain_producer(self.opts, errors)

@@ -47,6 +47,7 @@ class SinkOptions:
     kafka: dict[str, str] = field(default_factory=dict)
     fail_attempt0: tuple[int, int] | None = None  # (batch id, partition id)
     kill_in_commit: tuple[int, int] | None = None  # (pid, batch id)
+    ordered_digest: bool = False
 
     @property
     def exactly_once(self) -> bool:
@@ -83,6 +84,9 @@ class SinkOptions:
         for key in _RESERVED:
             if key in kafka:
                 raise SinkOptionError(f"option kafka.{key} is managed by the sink")
+        order = opts.get("digestorder", "unordered").lower()
+        if order not in ("ordered", "unordered"):
+            raise SinkOptionError(f"digestOrder must be 'ordered' or 'unordered', got {order!r}")
         fail = opts.get(FAIL_TASK_ATTEMPT0)
         kill = opts.get(KILL_PID_IN_COMMIT)
         return cls(
@@ -94,4 +98,5 @@ class SinkOptions:
             kafka=kafka,
             fail_attempt0=_pair(FAIL_TASK_ATTEMPT0, fail) if fail else None,
             kill_in_commit=_pair(KILL_PID_IN_COMMIT, kill) if kill else None,
+            ordered_digest=order == "ordered",
         )
