@@ -92,13 +92,8 @@ class OffsetFetcher:
     def partitions(self) -> list[TP]:
         """Partitions currently matched by the subscription, sorted."""
         sub = self.options.subscription
-        meta = self._consumer.list_topics(timeout=METADATA_TIMEOUT)
-        existing = {
-            name: sorted(topic.partitions)
-            for name, topic in meta.topics.items()
-            if topic.error is None or topic.error.code() == KafkaError.NO_ERROR
-        }
         if isinstance(sub, Assign):
+            existing = self._topics(sorted({t for t, _ in sub.partitions}))
             missing = [f"{t}-{p}" for t, p in sub.partitions if p not in existing.get(t, [])]
             if missing:
                 raise DataLossError(
@@ -106,10 +101,33 @@ class OffsetFetcher:
                 )
             return list(sub.partitions)
         if isinstance(sub, Subscribe):
-            topics = [t for t in sub.topics if t in existing]
+            existing = self._topics(list(sub.topics))
         else:
-            topics = [t for t in existing if not _INTERNAL.match(t) and sub.matches(t)]
-        return sorted((t, p) for t in topics for p in existing[t])
+            existing = {
+                t: parts
+                for t, parts in self._topics(None).items()
+                if not _INTERNAL.match(t) and sub.matches(t)
+            }
+        return sorted((t, p) for t, parts in existing.items() for p in parts)
+
+    def _topics(self, names: list[str] | None) -> dict[str, list[int]]:
+        """Partitions of the named topics (all topics when None); absent topics are left out.
+
+        Named topics are asked for one by one rather than through an all-topics request:
+        cheaper on big clusters, and never creates a topic (consumers disable auto-creation).
+        """
+        metas = (
+            [self._consumer.list_topics(timeout=METADATA_TIMEOUT)]
+            if names is None
+            else [self._consumer.list_topics(name, timeout=METADATA_TIMEOUT) for name in names]
+        )
+        out: dict[str, list[int]] = {}
+        for meta in metas:
+            for name, topic in meta.topics.items():
+                ok = topic.error is None or topic.error.code() == KafkaError.NO_ERROR
+                if ok and topic.partitions and (names is None or name in names):
+                    out[name] = sorted(topic.partitions)
+        return out
 
     def watermarks(self, partitions: list[TP]) -> tuple[PartitionOffsets, PartitionOffsets]:
         """(earliest, latest) per partition; latest is the LSO when reading read_committed."""
