@@ -121,27 +121,21 @@ def _say(line: str) -> None:
     print(line, flush=True)
 
 
-def _progress_listener(say: Any) -> Any:
-    """Prints one line per finished micro-batch (Kafka sink; the DB sink prints its own)."""
-    from pyspark.sql.streaming import StreamingQueryListener  # type: ignore[attr-defined]
+class ProgressPrinter:
+    """Prints one line per finished micro-batch from the query's recent progress.
 
-    class Progress(StreamingQueryListener):  # type: ignore[misc, unused-ignore]
-        def onQueryStarted(self, event: Any) -> None:
-            say(f"query {event.id} started")
+    Polled from the main loop rather than a StreamingQueryListener: listener events arrive
+    asynchronously and may come after the query has ended, so the last lines could be lost.
+    """
 
-        def onQueryProgress(self, event: Any) -> None:
-            p = event.progress
-            say(f"batch {p.batchId} rows {p.numInputRows} ms {p.batchDuration}")
+    def __init__(self) -> None:
+        self.last = -1
 
-        def onQueryIdle(self, event: Any) -> None:
-            pass
-
-        def onQueryTerminated(self, event: Any) -> None:
-            say(
-                f"query {event.id} terminated" + (f": {event.exception}" if event.exception else "")
-            )
-
-    return Progress()
+    def __call__(self, query: Any) -> None:
+        for p in query.recentProgress:
+            if p.batchId > self.last:
+                self.last = p.batchId
+                _say(f"batch {p.batchId} rows {p.numInputRows} ms {p.batchDuration}")
 
 
 def run_averages(args: argparse.Namespace) -> int:
@@ -155,7 +149,7 @@ def run_averages(args: argparse.Namespace) -> int:
     conf = _pairs(args.conf)
     spark = spark_session(args.master, conf)
     try:
-        spark.streams.addListener(_progress_listener(_say))
+        progress = ProgressPrinter()
 
         def on_db_batch(batch_id: int, written: int | None) -> None:
             if written is None:
@@ -170,9 +164,13 @@ def run_averages(args: argparse.Namespace) -> int:
         )
         while query.isActive and not stop.is_set():
             query.awaitTermination(0.5)
+            if cfg.sink == "kafka":  # the database sink prints its own lines
+                progress(query)
         if stop.is_set() and query.isActive:
             _say("stopping")
             query.stop()
+        if cfg.sink == "kafka":
+            progress(query)
         error = query.exception()
         if error is not None:
             print(f"query failed: {error}", file=sys.stderr, flush=True)

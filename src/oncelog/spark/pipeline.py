@@ -1,9 +1,10 @@
 """The averages pipeline on Spark: events → per-key count, sum, average → Kafka or a database.
 
 Seed 004's consume-transform-produce loop as a Structured Streaming query: the `oncelog` source
-reads the input topic (read_committed), Spark's stateful aggregation keeps per-key count and sum
+reads the input topic (read_committed), Spark's stateful processing keeps per-key count and sum
 in the RocksDB state store (so restarts and failures recover the state from the checkpoint, not
-from the output), and in update mode each micro-batch emits the keys it changed. Output goes to
+from the output), and each micro-batch emits the keys it changed, as update mode would (see
+`aggregate` for why it is append mode with a state function). Output goes to
 the `oncelog` exactly-once Kafka sink, or into a database through `db_sink` (foreachBatch, batch
 id stored in the same transaction). Both sinks rely on Spark replaying a batch with the same id
 and the same rows after a crash, which holds because the source's offsets per batch are recorded
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,6 +70,7 @@ def spark_session(master: str = "local[2]", conf: dict[str, str] | None = None) 
 
     settings = {
         "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
@@ -115,29 +117,75 @@ def read_events(spark: Any, cfg: PipelineConfig) -> Any:
     return events.where(F.col("value").isNotNull())
 
 
-def aggregate(events: Any, window: str | None, watermark: str) -> Any:
-    """Per key (and window): count, sum, avg — window bounds as epoch milliseconds."""
-    from pyspark.sql import functions as F
+OUTPUT_SCHEMA = "key string, count long, sum double, avg double"
+WINDOWED_OUTPUT_SCHEMA = (
+    "key string, window_start_ms long, window_end_ms long, count long, sum double, avg double"
+)
+STATE_SCHEMA = "count long, sum double"
 
-    measures = [
-        F.count(F.lit(1)).alias("count"),
-        F.sum("value").alias("sum"),
-        F.avg("value").alias("avg"),
-    ]
+
+def running_average(key: tuple[Any, ...], frames: Iterator[Any], state: Any) -> Iterator[Any]:
+    """State function: add this batch's events of one group to its (count, sum), emit the result.
+
+    The group is (key,) or (key, window start ms, window end ms). A window's state is dropped
+    once the watermark passes its end (event-time timeout): later events would be late anyway.
+    """
+    import pandas as pd  # type: ignore[import-untyped, unused-ignore]
+
+    if state.hasTimedOut:
+        state.remove()
+        return
+    count, total = state.get if state.exists else (0, 0.0)
+    for frame in frames:
+        count += len(frame)
+        total += float(frame["value"].sum())
+    state.update((count, total))
+    row: dict[str, list[Any]] = {"key": [key[0]]}
+    if len(key) == 3:
+        row["window_start_ms"] = [int(key[1])]
+        row["window_end_ms"] = [int(key[2])]
+        state.setTimeoutTimestamp(int(key[2]))
+    row.update(count=[count], sum=[total], avg=[total / count])
+    yield pd.DataFrame(row)
+
+
+def aggregate(events: Any, window: str | None, watermark: str) -> Any:
+    """Per key (and window): running count, sum, avg, in Spark's state store.
+
+    Why `applyInPandasWithState` in append mode and not `groupBy().agg()` in update mode: a
+    Python data source sink supports only append and complete (pyspark 4.3's write builder
+    has no SupportsStreamingUpdateAsAppend), and complete mode would re-emit every key each
+    batch. The state function emits exactly what update mode would: one row per group
+    changed in the batch, with its new totals, and keeps (count, sum) in the state store.
+    """
+    from pyspark.sql import functions as F
+    from pyspark.sql.streaming.state import GroupStateTimeout
+
     if window is None:
-        return events.groupBy("key").agg(*measures)
-    grouped = (
+        return events.groupBy("key").applyInPandasWithState(
+            running_average,
+            OUTPUT_SCHEMA,
+            STATE_SCHEMA,
+            "append",
+            GroupStateTimeout.NoTimeout,
+        )
+    windowed = (
         events.withWatermark("event_time", watermark)
-        .groupBy(F.window("event_time", window).alias("window"), F.col("key"))
-        .agg(*measures)
+        .withColumn("w", F.window("event_time", window))
+        .select(
+            "key",
+            "value",
+            "event_time",
+            F.unix_millis(F.col("w.start")).alias("window_start_ms"),
+            F.unix_millis(F.col("w.end")).alias("window_end_ms"),
+        )
     )
-    return grouped.select(
-        "key",
-        "count",
-        "sum",
-        "avg",
-        F.unix_millis(F.col("window.start")).alias("window_start_ms"),
-        F.unix_millis(F.col("window.end")).alias("window_end_ms"),
+    return windowed.groupBy("key", "window_start_ms", "window_end_ms").applyInPandasWithState(
+        running_average,
+        WINDOWED_OUTPUT_SCHEMA,
+        STATE_SCHEMA,
+        "append",
+        GroupStateTimeout.EventTimeTimeout,
     )
 
 
@@ -169,7 +217,7 @@ def start(
         writer = (
             to_records(results)
             .writeStream.format("oncelog")
-            .outputMode("update")
+            .outputMode("append")
             .option("checkpointLocation", cfg.checkpoint)
             .option("kafka.bootstrap.servers", cfg.bootstrap)
             .option("topic", cfg.output_topic)
@@ -185,7 +233,7 @@ def start(
     assert cfg.db is not None
     sink = DatabaseSink(cfg.db, on_batch=on_db_batch, kill_hook=cfg.db_kill_hook)
     writer = (
-        results.writeStream.outputMode("update")
+        results.writeStream.outputMode("append")
         .option("checkpointLocation", cfg.checkpoint)
         .foreachBatch(sink)
     )
@@ -195,15 +243,17 @@ def start(
 
 
 def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create `topic` unless it exists (so the one-command demo needs no manual step)."""
+    """Create `topic` unless it exists (so the one-command demo needs no manual step).
+
+    Asks CreateTopics directly: a metadata lookup of a missing topic may auto-create it with
+    the broker's default partition count.
+    """
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    if topic in admin.list_topics(timeout=10).topics:
-        return
     for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         try:
             future.result(30)
-        except Exception as exc:  # a concurrent creator won the race
-            if "TOPIC_ALREADY_EXISTS" not in str(exc):
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
                 raise
