@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from oncelog.spark.offsets import EARLIEST, LATEST, OffsetSpec, parse_offset_spec
+from oncelog.spark.offsets import EARLIEST, LATEST, OffsetError, OffsetSpec, parse_offset_spec
 
 #: Documented spelling of every non-`kafka.` option the source understands.
 KNOWN_OPTIONS: tuple[str, ...] = (
@@ -172,6 +172,13 @@ def _parse_assign(raw: str) -> tuple[tuple[str, int], ...]:
 
 def parse_options(options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
     """Validate `options` (keys in any case) for a streaming or a batch read."""
+    try:
+        return _parse(options, streaming)
+    except OffsetError as exc:
+        raise OptionError(str(exc)) from None
+
+
+def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     lower = {str(k).lower(): str(v) for k, v in options.items()}
     unknown = sorted(
         k
