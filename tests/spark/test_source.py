@@ -44,7 +44,7 @@ def produce(
     acked: list[Row] = []
     errors: list[KafkaError] = []
 
-    def reporter(hdrs: list[tuple[str, bytes | None]] | None) -> Any:
+    def reporter(hdrs: list[tuple[str, str | bytes | None]] | None) -> Any:
         # Delivery reports carry no headers: expect the ones that were sent.
         def report(err: KafkaError | None, msg: Message) -> None:
             if err is not None:
@@ -58,14 +58,18 @@ def produce(
                     msg.key(),
                     msg.value(),
                     msg.timestamp()[1],
-                    tuple(hdrs) if hdrs else None,
+                    tuple((k, v if not isinstance(v, str) else v.encode()) for k, v in hdrs)
+                    if hdrs
+                    else None,
                 )
             )
 
         return report
 
     for i in range(count):
-        hdrs = [("h", f"{tag}{i}".encode()), ("n", None)] if headers and i % 3 else None
+        hdrs: list[tuple[str, str | bytes | None]] | None = (
+            [("h", f"{tag}{i}".encode()), ("n", None)] if headers and i % 3 else None
+        )
         producer.produce(
             topic,
             key=None if i % 17 == 0 else f"{tag}k{i}".encode(),

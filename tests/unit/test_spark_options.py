@@ -31,7 +31,7 @@ from oncelog.spark.partitions import OffsetRange, limit_offsets, plan_ranges
 BOOT = {"kafka.bootstrap.servers": "127.0.0.1:9092"}
 
 
-def opts(streaming: bool = True, **extra: str) -> dict[str, str]:
+def opts(**extra: str) -> dict[str, str]:
     # Spark hands options over with lower-cased keys; parse_options must accept both.
     return {**BOOT, **extra}
 
