@@ -257,6 +257,33 @@ def test_zombie_producer_is_fenced(broker: BrokerProcess) -> None:
     del zombie, current  # stop their clients before the broker goes
 
 
+def test_driver_commit_seals_idempotently(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The seal sums the tasks' messages; a second commit of the batch (after a restart) is
+    harmless. The kill hook SIGKILLs the given pid before sealing (testing only)."""
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from oncelog.spark.markers import Seal
+    from oncelog.spark.sink import KafkaStreamWriter, SinkCommitMessage
+
+    create_topic(broker.bootstrap, "out", 1)
+    victim = subprocess.Popen(["sleep", "60"])
+    opts = sink_options(
+        broker.bootstrap, "out", **{"oncelog.testing.killPidInCommit": f"{victim.pid}:3"}
+    )
+    monkeypatch.setattr("oncelog.spark.sink.time.sleep", lambda _s: None)
+    writer = KafkaStreamWriter(opts, StructType([StructField("value", StringType())]), False)
+    messages: list[Any] = [
+        SinkCommitMessage(p, 3, "q", f"out-q-{p}", 10, "d", p == 1, "exactly-once")
+        for p in range(2)
+    ]
+    writer.commit([*messages, None], 3)
+    assert victim.wait(10) == -9
+    writer.commit(messages, 3)  # the pid is gone: the hook does nothing
+    assert read_seal(SinkOptions.parse(opts), "q") == Seal(3, 2, 20, 1)
+
+
 def _main() -> None:
     """Subprocess entry: one streaming query on a local[2,4] session (task retries on)."""
     from pyspark.sql import SparkSession

@@ -103,6 +103,28 @@ def _partition_reader(schema: StructType) -> Callable[[Any], int | None]:
     return lambda row: row[pi]
 
 
+def _fast_encoder(schema: StructType, topic: str) -> RowEncoder:
+    """The common shape (fixed topic, key and value only) in one call per row."""
+    names = schema.fieldNames()
+    vi = names.index("value")
+    v_str = isinstance(schema["value"].dataType, StringType)
+    ki = names.index("key") if "key" in names else -1
+    k_str = ki >= 0 and isinstance(schema["key"].dataType, StringType)
+
+    def encode(row: Any) -> ProduceArgs:
+        v = row[vi]
+        if v is not None:
+            v = v.encode() if v_str else bytes(v)
+        k = None
+        if ki >= 0:
+            k = row[ki]
+            if k is not None:
+                k = k.encode() if k_str else bytes(k)
+        return topic, None, k, v, None
+
+    return encode
+
+
 def row_encoder(schema: StructType, topic_option: str | None) -> RowEncoder:
     """A function turning one row into (topic, partition, key, value, headers)."""
     names = schema.fieldNames()
@@ -113,6 +135,8 @@ def row_encoder(schema: StructType, topic_option: str | None) -> RowEncoder:
     key_of = _key_reader(schema)
     topic_of = _topic_reader(schema, topic_option)
     partition_of = _partition_reader(schema)
+    if topic_option is not None and "partition" not in names and "headers" not in names:
+        return _fast_encoder(schema, topic_option)  # types were checked above
     if "headers" in names:
         hi = names.index("headers")
         read_headers = _headers_reader(schema["headers"].dataType)

@@ -137,16 +137,20 @@ def produce_rows(
     producer: Producer,
     encode: RowEncoder,
     rows: Iterator[Any],
-    digest: Digest,
+    digest: Digest | None,
     stop_after: int | None = None,
-) -> None:
-    """Produce every row with bounded buffering: a full local queue waits for deliveries."""
+) -> int:
+    """Produce every row (digesting it when a digest is given) with bounded buffering: a
+    full local queue waits for deliveries. Returns the number of rows produced."""
     produce = producer.produce
     poll = producer.poll
-    add = digest.add
+    add = None if digest is None else digest.add
+    n = 0
     for row in rows:
-        topic, partition, key, value, headers = encode(row)
-        add(topic, partition, key, value, headers)
+        record = encode(row)
+        if add is not None:
+            add(*record)
+        topic, partition, key, value, headers = record
         while True:
             try:
                 produce(
@@ -159,10 +163,12 @@ def produce_rows(
                 break
             except BufferError:
                 poll(0.1)
-        if digest.count % POLL_EVERY == 0:
+        n += 1
+        if n % POLL_EVERY == 0:
             poll(0)
-        if stop_after is not None and digest.count >= stop_after:
-            return
+        if n == stop_after:
+            break
+    return n
 
 
 def digest_rows(encode: RowEncoder, rows: Iterator[Any], ordered: bool) -> Digest:
@@ -189,9 +195,16 @@ def _run_transaction(producer: Producer, body: Callable[[], None]) -> None:
                     raise
                 log.warning("commit_transaction retriable error %s, retrying", err)
     except KafkaException as exc:
-        err = exc.args[0]
-        if err.txn_requires_abort():
+        if exc.args[0].txn_requires_abort():
             producer.abort_transaction(CLIENT_TIMEOUT)
+        raise
+    except Exception:
+        # Not the client's fault (bad row, missing topic...): end the transaction now rather
+        # than leave it open until the retry's init_transactions or the transaction timeout.
+        try:
+            producer.abort_transaction(CLIENT_TIMEOUT)
+        except KafkaException:
+            log.exception("abort_transaction after a failed task")
         raise
 
 
@@ -304,17 +317,15 @@ class KafkaStreamWriter(DataSourceStreamWriter):
     ) -> SinkCommitMessage:
         errors: list[KafkaError] = []
         producer = _plain_producer(self.opts, errors)
-        digest = Digest(self.opts.ordered_digest)
-        produce_rows(producer, encode, iterator, digest, FAIL_AFTER_ROWS if fail else None)
+        n = produce_rows(producer, encode, iterator, None, FAIL_AFTER_ROWS if fail else None)
         _flush_checked(producer, errors)
         if fail:
             raise InjectedFailure(
                 f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
             )
         return SinkCommitMessage(
-            partition_id, batch_id, query_id, None, digest.count, digest.hexdigest(), False,
-            self.opts.semantics,
-        )  # fmt: skip
+            partition_id, batch_id, query_id, None, n, "", False, self.opts.semantics
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         """Seal the batch. Runs on the driver in a fresh instance and may run twice for one
@@ -323,8 +334,11 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         done = [m for m in messages if isinstance(m, SinkCommitMessage)]
         kill = self.opts.kill_in_commit
         if kill is not None and kill[1] == batchId:
-            os.kill(kill[0], signal.SIGKILL)
-            time.sleep(60)
+            try:
+                os.kill(kill[0], signal.SIGKILL)
+                time.sleep(60)  # the driver is gone; Spark tears this worker down
+            except ProcessLookupError:
+                pass  # a restart that kept the hook: that driver is already dead
         if not self.opts.exactly_once:
             log.info("batch %d written at-least-once by %d tasks", batchId, len(done))
             return
@@ -378,21 +392,24 @@ class KafkaBatchWriter(DataSourceWriter):
         partition_id = ctx.partitionId()
         attempt = ctx.attemptNumber()
         encode = row_encoder(self.schema, self.opts.topic)
-        digest = Digest(self.opts.ordered_digest)
+        produced = [0]
         if not self.opts.exactly_once:
             errors: list[KafkaError] = []
             producer = _plain_producer(self.opts, errors)
-            produce_rows(producer, encode, iterator, digest)
+            produced[0] = produce_rows(producer, encode, iterator, None)
             _flush_checked(producer, errors)
             txn_id = None
         else:
             txn_id = f"{self.opts.sink_id}-batch-{self.job}-{partition_id}-{attempt}"
-            producer = transactional_producer(self.opts, txn_id)
-            _run_transaction(producer, lambda: produce_rows(producer, encode, iterator, digest))
+            txn_producer = transactional_producer(self.opts, txn_id)
+
+            def body() -> None:
+                produced[0] = produce_rows(txn_producer, encode, iterator, None)
+
+            _run_transaction(txn_producer, body)
         return SinkCommitMessage(
-            partition_id, -1, self.job, txn_id, digest.count, digest.hexdigest(), False,
-            self.opts.semantics,
-        )  # fmt: skip
+            partition_id, -1, self.job, txn_id, produced[0], "", False, self.opts.semantics
+        )
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         done = [m for m in messages if isinstance(m, SinkCommitMessage)]
