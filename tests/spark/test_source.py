@@ -347,3 +347,48 @@ def test_stream_batch0_is_deterministic_across_restarts(
     assert run2.calls[0] == 0, "batch 0 must be replayed"
     assert run2.batches[0] == []
     assert sorted(run2.all_rows(), key=repr) == sorted([(*r[:6], None) for r in newer], key=repr)
+
+
+def delete_before(bootstrap: str, topic: str, partition: int, offset: int) -> None:
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    futures = admin.delete_records([TopicPartition(topic, partition, offset)])
+    for future in futures.values():
+        future.result(30)
+
+
+def test_fail_on_data_loss(ospark: Any, broker: BrokerProcess, tmp_path: Path) -> None:
+    topic = topic_name("loss")
+    create_topic(broker.bootstrap, topic, 1)
+    first = produce(broker.bootstrap, topic, 100, 1, tag="a")
+    checkpoint = tmp_path / "ckpt"
+    options = {"subscribe": topic, "startingOffsets": "earliest"}
+    run1 = Collector()
+    run_available_now(ospark, broker.bootstrap, checkpoint, run1, **options)
+    assert len(run1.all_rows()) == len(first)
+
+    second = produce(broker.bootstrap, topic, 100, 1, tag="b")
+    delete_before(broker.bootstrap, topic, 0, 150)
+
+    start10 = json.dumps({topic: {"0": 10}})
+    with pytest.raises(Exception, match="failOnDataLoss=false"):
+        batch_df(ospark, broker.bootstrap, subscribe=topic, startingOffsets=start10).collect()
+    lenient = rows_of(
+        batch_df(
+            ospark,
+            broker.bootstrap,
+            subscribe=topic,
+            startingOffsets=start10,
+            failOnDataLoss="false",
+        )
+    )
+    kept = [(*r[:6], None) for r in second if r[2] >= 150]
+    assert sorted(lenient, key=repr) == sorted(kept, key=repr)
+
+    with pytest.raises(Exception, match="failOnDataLoss=false"):
+        run_available_now(ospark, broker.bootstrap, checkpoint, Collector(), **options)
+    run2 = Collector()
+    run_available_now(ospark, broker.bootstrap, checkpoint, run2, failOnDataLoss="false", **options)
+    assert sorted(run2.all_rows(), key=repr) == sorted(kept, key=repr)
