@@ -226,3 +226,33 @@ def run(started: list[PipelineProcess], args: list[str], log: Path) -> PipelineP
     proc = PipelineProcess(args, log)
     started.append(proc)
     return proc
+
+
+#: Broker settings for pipeline tests: small internal topics, quick rebalances.
+BROKER_OVERRIDES = {
+    "transaction.state.log.num.partitions": "4",
+    "offsets.topic.num.partitions": "4",
+    "group.initial.rebalance.delay.ms": "100",
+}
+INPUT = "events"
+OUTPUT = "averages"
+#: Event i has timestamp TS_BASE + i * STEP_MS (a fixed past time: windows are deterministic).
+TS_BASE = 1_700_000_000_000
+STEP_MS = 100
+
+
+def generate(bootstrap: str, count: int, first: int = 0, *extra: str) -> None:
+    """`oncelog pipeline generate` in-process (no JVM needed for the input)."""
+    from oncelog.cli.main import main
+
+    args = ["pipeline", "generate", "--bootstrap-server", bootstrap, "--topic", INPUT,
+            "--count", str(count), "--first", str(first), "--keys", "5", "--partitions", "3",
+            "--start-ms", str(TS_BASE), "--step-ms", str(STEP_MS), *extra]  # fmt: skip
+    assert main(args) == 0
+
+
+def averages_args(bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
+    """Arguments of `pipeline averages` for tests: local[2,4] so Spark retries failed tasks."""
+    return ["--bootstrap-server", bootstrap, "--input", INPUT, "--output", OUTPUT,
+            "--checkpoint", str(checkpoint), "--master", "local[2,4]",
+            "--conf", "spark.driver.memory=768m", *extra]  # fmt: skip
