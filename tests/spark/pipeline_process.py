@@ -97,6 +97,15 @@ class PipelineProcess:
             )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        threading.Thread(target=self._watch, daemon=True).start()
+
+    def _watch(self) -> None:
+        """Remember the process tree while the driver lives: once it dies, its orphans are
+        re-parented and no longer findable from its pid (the worker daemon is in another group).
+        """
+        while self.proc.poll() is None:
+            self._tree |= descendants(self.proc.pid)
+            time.sleep(0.5)
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -104,9 +113,6 @@ class PipelineProcess:
             with self._cond:
                 self.lines.append(line.rstrip("\n"))
                 self._cond.notify_all()
-            # Remember the tree while it is alive: after the driver dies, orphans are
-            # re-parented and no longer findable from its pid.
-            self._tree |= descendants(self.proc.pid)
         with self._cond:
             self._cond.notify_all()
 
