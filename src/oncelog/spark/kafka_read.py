@@ -172,7 +172,10 @@ def read_range(
         position = r.start
         deadline = time.monotonic() + options.poll_timeout_ms / 1000
         while position < r.end:
-            messages = consumer.consume(num_messages=CHUNK, timeout=POLL_SECONDS)
+            # Never ask for more than the range can still hold: the call returns as soon as
+            # that many records arrived instead of waiting out the timeout.
+            wanted = max(1, min(CHUNK, r.end - position))
+            messages = consumer.consume(num_messages=wanted, timeout=POLL_SECONDS)
             keys: list[bytes | None] = []
             values: list[bytes | None] = []
             offsets: list[int] = []
