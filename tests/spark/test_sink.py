@@ -238,6 +238,20 @@ def test_batch_write_with_topic_partition_headers(
         assert read_topic(broker.bootstrap, topic) == want
 
 
+def test_row_without_topic_fails_the_task(
+    spark: Any, broker: BrokerProcess, tmp_path: Path
+) -> None:
+    from oncelog.spark.datasource import OncelogDataSource
+
+    create_topic(broker.bootstrap, "a", 1)
+    spark.dataSource.register(OncelogDataSource)
+    df = spark.createDataFrame([("a", "v1"), (None, "v2")], "topic string, value string")
+    opts = {"kafka.bootstrap.servers": broker.bootstrap, "sinkId": "s", "markerTopic": "a"}
+    with pytest.raises(Exception, match="null topic"):
+        df.coalesce(1).write.format(FORMAT).mode("append").options(**opts).save()
+    assert read_topic(broker.bootstrap, "a") == Counter()  # the task's transaction aborted
+
+
 def test_zombie_producer_is_fenced(broker: BrokerProcess) -> None:
     """Two producers with one transactional.id: the older one cannot commit any more."""
     create_topic(broker.bootstrap, "out", 1)

@@ -278,14 +278,17 @@ class KafkaStreamWriter(DataSourceStreamWriter):
                     digest.hexdigest(), True, self.opts.semantics,
                 )  # fmt: skip
             digest = Digest(self.opts.ordered_digest)
+            if fail:
+                # Die as a crashed attempt would: one record in the log, transaction left
+                # open. The retry's init_transactions must abort it.
+                producer.begin_transaction()
+                produce_rows(producer, encode, iterator, digest, stop_after=FAIL_AFTER_ROWS)
+                producer.flush(CLIENT_TIMEOUT)
+                raise InjectedFailure(
+                    f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
+                )
 
             def body() -> None:
-                if fail:
-                    produce_rows(producer, encode, iterator, digest, stop_after=FAIL_AFTER_ROWS)
-                    producer.flush(CLIENT_TIMEOUT)  # really in the log, uncommitted
-                    raise InjectedFailure(
-                        f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
-                    )
                 produce_rows(producer, encode, iterator, digest)
                 new = Marker(batch_id, digest.count, digest.hexdigest())
                 offsets = [TopicPartition(tp.topic, tp.partition, new.offset, new.metadata())]
@@ -293,11 +296,6 @@ class KafkaStreamWriter(DataSourceStreamWriter):
                     offsets, consumer.consumer_group_metadata(), CLIENT_TIMEOUT
                 )
 
-            if fail:
-                # Leave the transaction open, as a crashed attempt would: the retry's
-                # init_transactions must abort it.
-                producer.begin_transaction()
-                body()
             _run_transaction(producer, body)
             return SinkCommitMessage(
                 partition_id, batch_id, query_id, txn_id, digest.count,
