@@ -235,6 +235,31 @@ def test_transactional_topic_with_gaps(ospark: Any, broker: BrokerProcess) -> No
         offsets = [r[2] for r in got]
         assert max(offsets) < 4 * 26 - 1
 
+        # Ranges that end right after a commit marker (26) and right after an aborted
+        # transaction and its abort marker (52): the position must get there without records.
+        for end, want in ((26, committed[:25]), (52, committed[:25]), (78, committed)):
+            ranged = rows_of(
+                batch_df(
+                    ospark,
+                    broker.bootstrap,
+                    subscribe=topic,
+                    endingOffsets=json.dumps({topic: {"0": end}}),
+                    **{"kafkaConsumer.pollTimeoutMs": "20000"},
+                )
+            )
+            assert [r[4] for r in sorted(ranged, key=lambda r: r[2])] == want, end
+        aborted_only = rows_of(
+            batch_df(
+                ospark,
+                broker.bootstrap,
+                subscribe=topic,
+                startingOffsets=json.dumps({topic: {"0": 26}}),
+                endingOffsets=json.dumps({topic: {"0": 52}}),
+                **{"kafkaConsumer.pollTimeoutMs": "20000"},
+            )
+        )
+        assert aborted_only == []
+
         dirty = rows_of(
             batch_df(
                 ospark,
