@@ -204,3 +204,33 @@ def test_limit_offsets_splits_the_budget_by_backlog() -> None:
     assert sum(small.values()) == 2 and all(v <= 1 for v in small.values())
     # A partition new since the start begins at 0 in the budget (the planner carries its start).
     assert limit_offsets({}, {("n", 0): 10}, 4) == {("n", 0): 4}
+
+
+def test_data_source_schema_and_readers() -> None:
+    from oncelog.spark import OncelogDataSource
+    from oncelog.spark.batch_reader import KafkaBatchReader
+    from oncelog.spark.stream_reader import KafkaStreamReader
+
+    assert OncelogDataSource.name() == "oncelog"
+    plain = OncelogDataSource({**BOOT, "subscribe": "a"})
+    assert plain.schema().fieldNames() == [
+        "key",
+        "value",
+        "topic",
+        "partition",
+        "offset",
+        "timestamp",
+        "timestampType",
+    ]
+    with_headers = OncelogDataSource({**BOOT, "subscribe": "a", "includeHeaders": "true"})
+    assert with_headers.schema().fieldNames()[-1] == "headers"
+    assert isinstance(plain.reader(plain.schema()), KafkaBatchReader)
+    stream = plain.streamReader(plain.schema())
+    assert isinstance(stream, KafkaStreamReader)
+    # Executors get a pickled reader: no driver consumer travels with it.
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(stream))
+    assert copy.options == stream.options and copy._fetcher is None
+    with pytest.raises(OptionError, match="unknown option"):
+        OncelogDataSource({**BOOT, "subscribe": "a", "typo": "1"}).reader(plain.schema())

@@ -34,7 +34,8 @@ class OncelogDataSource(DataSource):
         return "oncelog"
 
     def schema(self) -> StructType:
-        include = str(self.options.get("includeheaders", "false")).strip().lower() == "true"
+        lower = {str(k).lower(): str(v) for k, v in self.options.items()}
+        include = lower.get("includeheaders", "false").strip().lower() == "true"
         return source_schema(include)
 
     def reader(self, schema: StructType) -> DataSourceReader:
