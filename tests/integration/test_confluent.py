@@ -372,6 +372,21 @@ def test_100k_keyed_messages_in_partition_order(broker: BrokerProcess) -> None:
     assert_same_records(acked, confluent_read(broker.bootstrap, topic, ends, timeout=120))
 
 
+def test_list_all_topics(broker: BrokerProcess) -> None:
+    """An all-topics Metadata request (librdkafka adds bytes after the body, Kafka ignores them)."""
+    create_topic(broker.bootstrap, "listed-a", 1)
+    create_topic(broker.bootstrap, "listed-b", 2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    topics = admin.list_topics(timeout=10).topics
+    assert {"listed-a", "listed-b"} <= set(topics)
+    assert len(topics["listed-b"].partitions) == 2
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "lister"})
+    try:
+        assert {"listed-a", "listed-b"} <= set(consumer.list_topics(timeout=10).topics)
+    finally:
+        consumer.close()
+
+
 def test_unknown_topic_partition_is_reported(broker: BrokerProcess) -> None:
     """Producing to a partition that does not exist fails the delivery, it does not vanish."""
     topic = "confluent-two"

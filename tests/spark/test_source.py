@@ -178,11 +178,6 @@ def test_assign_and_json_offsets(ospark: Any, broker: BrokerProcess) -> None:
     assert sorted(ranged, key=repr) == sorted(expected, key=repr)
 
 
-@pytest.mark.xfail(
-    reason="broker: librdkafka's all-topics MetadataRequest v12 carries 3 trailing bytes that "
-    "oncelog's strict decode_request rejects (Kafka ignores them); see the source README",
-    strict=False,
-)
 def test_subscribe_pattern(ospark: Any, broker: BrokerProcess) -> None:
     """A pattern needs an all-topics Metadata request (librdkafka's list_topics())."""
     prefix = topic_name("pat")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import io
+import logging
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import MISSING, Field, fields
@@ -30,6 +31,8 @@ from kio.serial._introspect import (
 from kio.static.primitive import i64
 
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
+
+log = logging.getLogger(__name__)
 
 _Plan = tuple[tuple[str, str, type[Any] | None, bool, object], ...]
 
@@ -72,15 +75,20 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
 
 
 def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
-    """Decode a request body; any malformation (including trailing bytes) is a DecodeError."""
+    """Decode a request body; any malformation is a DecodeError.
+
+    Bytes after a complete body are ignored, as Kafka does (its request parser never checks
+    for them): librdkafka 2.16 sends Metadata v12 requests for all topics with three extra
+    bytes, and a broker that refused them would be unusable for it.
+    """
     check_array_counts(cls, buf, offset)
     try:
         entity, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises DecodeError subclasses, ValueError, OverflowError
         raise DecodeError(f"cannot decode {cls.__name__} v{cls.__version__}: {exc}") from exc
     if offset + size != len(buf):
-        raise DecodeError(
-            f"{len(buf) - offset - size} bytes after {cls.__name__} v{cls.__version__}"
+        log.debug(
+            "ignored %d bytes after %s v%d", len(buf) - offset - size, cls.__name__, cls.__version__
         )
     return entity
 
