@@ -110,6 +110,8 @@ def test_failed_task_attempt_is_retried(
         "--testing-fail-task", "1:0",
     )  # fmt: skip
     run_to_end(pipelines, args, tmp_path / "p.log")
+    # The hook fired (Spark logs the lost attempt's error) and the retry succeeded.
+    assert "injected failure in batch 1 partition 0 attempt 0" in (tmp_path / "p.log").read_text()
     assert_exactly_once(analyse_kafka(pbroker.bootstrap, INPUT, OUTPUT))
 
 
