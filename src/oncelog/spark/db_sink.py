@@ -236,12 +236,11 @@ class DatabaseSink:
         if not self._bound.wait(120):
             raise RuntimeError("DatabaseSink.bind(query id) was never called")
         assert self._query_id is not None
-        conn = self._connection()
-        # Skip before collecting: a replayed batch costs one SELECT, not a Spark job.
-        if batch_id <= last_batch(conn, self._dialect, self._query_id):
-            self._report(batch_id, None)
-            return
+        # Always run the batch, even a replay we will skip: the stateful operator's state store
+        # versions are committed by this job, and Spark 4 fails the query when a foreachBatch
+        # leaves them uncommitted (STATE_STORE_COMMIT_VALIDATION_FAILED).
         rows = rows_of(df.collect())
+        conn = self._connection()
         hook = _kill_self if self.kill == (batch_id, "before-commit") else None
         written = write_batch(conn, self._dialect, self._query_id, batch_id, rows, hook)
         if self.kill is not None and self.kill == (batch_id, "after-commit"):
