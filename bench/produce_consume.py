@@ -8,9 +8,9 @@ For every (message size, partition count) case the same workload runs against bo
 * a confluent-kafka consumer in its own process assigns all partitions from offset 0 and is
   timed until it has received all N messages.
 
-The mock cluster lives in a long-lived helper process (`_mock` below). It is created through
-the librdkafka C API with ctypes on the very library confluent-kafka ships, because the
-mock has no CreateTopics handler (its auto-created topics always get 4 partitions); the
+The mock cluster lives in a long-lived helper process (oncelog.verify.mock_cluster), created
+through the librdkafka C API with ctypes on the very library confluent-kafka ships, because
+the mock has no CreateTopics handler (its auto-created topics always get 4 partitions); the
 helper creates each P-partition topic with rd_kafka_mock_topic_create() and reads the
 address with rd_kafka_mock_cluster_bootstraps(). The mock keeps at most 5 MiB per partition
 (older batches are silently dropped), so comparison runs are sized to stay below a
@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import atexit
 import contextlib
-import ctypes
 import json
 import math
 import os
@@ -45,13 +44,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oncelog.verify.mock_cluster import MockCluster
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = Path(__file__).resolve()
 MIB = 1024 * 1024
 RECORD_OVERHEAD = 40  # generous per-record overhead in a v2 batch, for the mock's budget
 PROFILE_HZ = 200
 LOOP_FRAMES = ("Runner.run (", "run_forever (", "run_until_complete (")
-WORKER_ROLES = ("_produce", "_consume", "_mock")
+WORKER_ROLES = ("_produce", "_consume")
 
 
 class BenchError(RuntimeError):
@@ -232,70 +233,9 @@ def worker_consume(spec: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _librdkafka_path() -> str:
-    """The librdkafka that confluent_kafka itself loaded (so the mock matches the client)."""
-    import confluent_kafka  # noqa: F401 - loads the bundled librdkafka
-
-    with open("/proc/self/maps") as maps:
-        for line in maps:
-            path = line.split()[-1]
-            if "librdkafka" in Path(path).name:
-                return path
-    import ctypes.util
-
-    found = ctypes.util.find_library("rdkafka")
-    if not found:
-        raise BenchError("librdkafka not found")
-    return found
-
-
-def worker_mock(_spec: dict[str, Any]) -> None:
-    """Hold a mock cluster; serve `create TOPIC P` / `delete TOPIC` lines on stdin until EOF."""
-    lib = ctypes.CDLL(_librdkafka_path())
-    vp, cp, ci = ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int
-    lib.rd_kafka_conf_new.restype = vp
-    lib.rd_kafka_conf_set.argtypes = [vp, cp, cp, cp, ctypes.c_size_t]
-    lib.rd_kafka_new.restype = vp
-    lib.rd_kafka_new.argtypes = [ci, vp, cp, ctypes.c_size_t]
-    lib.rd_kafka_handle_mock_cluster.restype = vp
-    lib.rd_kafka_handle_mock_cluster.argtypes = [vp]
-    lib.rd_kafka_mock_cluster_bootstraps.restype = cp
-    lib.rd_kafka_mock_cluster_bootstraps.argtypes = [vp]
-    lib.rd_kafka_mock_topic_create.restype = ci
-    lib.rd_kafka_mock_topic_create.argtypes = [vp, cp, ci, ci]
-    lib.rd_kafka_mock_topic_delete.restype = ci
-    lib.rd_kafka_mock_topic_delete.argtypes = [vp, cp]
-    lib.rd_kafka_destroy.argtypes = [vp]
-
-    errstr = ctypes.create_string_buffer(512)
-    conf = lib.rd_kafka_conf_new()
-    for key, value in (("test.mock.num.brokers", "1"), ("log_level", "3")):
-        if lib.rd_kafka_conf_set(conf, key.encode(), value.encode(), errstr, 512) != 0:
-            raise BenchError(f"conf {key}: {errstr.value.decode()}")
-    rk = lib.rd_kafka_new(0, conf, errstr, 512)  # RD_KAFKA_PRODUCER
-    if not rk:
-        raise BenchError(f"rd_kafka_new: {errstr.value.decode()}")
-    mcluster = lib.rd_kafka_handle_mock_cluster(rk)
-    bootstrap = lib.rd_kafka_mock_cluster_bootstraps(mcluster).decode()
-    print(json.dumps({"bootstrap": bootstrap, "pid": os.getpid()}), flush=True)
-    for line in sys.stdin:
-        words = line.split()
-        if words[:1] == ["create"]:
-            err = lib.rd_kafka_mock_topic_create(mcluster, words[1].encode(), int(words[2]), 1)
-        elif words[:1] == ["delete"]:
-            err = lib.rd_kafka_mock_topic_delete(mcluster, words[1].encode())
-        else:
-            break
-        print(json.dumps({"err": err}), flush=True)
-    lib.rd_kafka_destroy(rk)
-
-
 def _worker_main(role: str, spec_json: str) -> int:
     spec = json.loads(spec_json)
     spec["role"] = role.lstrip("_")
-    if role == "_mock":
-        worker_mock(spec)
-        return 0
     cpu0 = _cpu_seconds(os.getpid())
     try:
         result = worker_produce(spec) if role == "_produce" else worker_consume(spec)
@@ -309,61 +249,17 @@ def _worker_main(role: str, spec_json: str) -> int:
 # -- targets ---------------------------------------------------------------------------------
 
 
-class MockTarget:
+class MockTarget(MockCluster):
+    """librdkafka's mock cluster (oncelog.verify.mock_cluster), tracked for cleanup."""
+
     name = "mock"
 
     def __init__(self) -> None:
-        self.proc = _track(
-            subprocess.Popen(
-                [sys.executable, str(SCRIPT), "_mock", "{}"],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                text=True,
-            )
-        )
-        hello = self._reply(30)
-        self.bootstrap: str = hello["bootstrap"]
-        self.pid = self.proc.pid
-        if not self.bootstrap.startswith("127.0.0.1:"):
-            raise BenchError(f"mock cluster is not on 127.0.0.1: {self.bootstrap}")
-
-    def _reply(self, timeout: float) -> dict[str, Any]:
-        assert self.proc.stdout is not None
-        import selectors
-
-        with selectors.DefaultSelector() as sel:
-            sel.register(self.proc.stdout, selectors.EVENT_READ)
-            if not sel.select(timeout):
-                raise BenchError("mock helper did not answer")
-        line = self.proc.stdout.readline()
-        if not line:
-            raise BenchError("mock helper exited")
-        return dict(json.loads(line))
-
-    def _command(self, text: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(text + "\n")
-        self.proc.stdin.flush()
-        err = self._reply(30)["err"]
-        if err:
-            raise BenchError(f"mock {text!r}: error {err}")
-
-    def create_topic(self, topic: str, partitions: int) -> None:
-        self._command(f"create {topic} {partitions}")
-
-    def delete_topic(self, topic: str) -> None:
-        self._command(f"delete {topic}")
+        super().__init__()
+        _track(self.proc)
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            assert self.proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError):
-                self.proc.stdin.close()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.kill(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        self.stop()
 
 
 def _use_snapshot(rev: str, snapshot: Path) -> None:

@@ -12,16 +12,23 @@ import sys
 from pathlib import Path
 
 from oncelog.verify.history import Fault, FinalRead, Poll, Send, read_history
+from tests.broker_process import BrokerProcess
+
+
+def verify_run(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "oncelog", "verify", "run", *args]
+    return subprocess.run(command, check=False, capture_output=True, text=True, timeout=timeout)
 
 
 def test_verify_run_with_faults_is_clean(tmp_path: Path) -> None:
+    """Broker SIGKILL and SIGSTOP, client process crashes, a copier: zero anomalies."""
     history, report = tmp_path / "history.jsonl", tmp_path / "report.json"
-    args = [sys.executable, "-m", "oncelog", "verify", "run", "--start-broker"]
-    args += ["--duration", "20", "--faults", "kill,pause", "--rate", "60", "--partitions", "2"]
-    args += ["--producers", "1", "--txn-producers", "1", "--consumers", "2"]
+    args = ["--start-broker", "--duration", "24", "--faults", "kill,crash,pause,crash"]
+    args += ["--fault-interval", "2", "--rate", "60", "--partitions", "2"]
+    args += ["--producers", "1", "--txn-producers", "1", "--consumers", "2", "--copiers", "1"]
     timeline = tmp_path / "timeline.html"
     args += ["--history", str(history), "--report", str(report), "--timeline", str(timeline)]
-    proc = subprocess.run(args, check=False, capture_output=True, text=True, timeout=55)
+    proc = verify_run(*args)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "OK: no anomalies" in proc.stdout
     assert "faults" in proc.stderr  # the progress line
@@ -33,9 +40,45 @@ def test_verify_run_with_faults_is_clean(tmp_path: Path) -> None:
     assert {f.partition for f in finals} == {0, 1}
     kinds = {(o.kind, o.phase) for o in ops if isinstance(o, Fault)}
     assert {("kill", "start"), ("kill", "end"), ("pause", "start"), ("pause", "end")} <= kinds
+    assert {("crash", "start"), ("crash", "end")} <= kinds
+    crashed = {o.target for o in ops if isinstance(o, Fault) and o.kind == "crash"}
+    assert len(crashed) >= 2  # the rotation reaches more than one writer
+    copies = [o for o in ops if isinstance(o, Send) and o.source is not None and o.phase == "ok"]
+    assert copies
+    assert {f.topic for f in finals} == {copies[0].topic, copies[0].source.topic}
     data = json.loads(report.read_text())
     assert data["ok"] is True
     assert data["run"]["faults"] >= 2
     page = timeline.read_text()
     assert "<svg" in page and '<g class="fault">' in page
     assert ">kill</text>" in page and ">pause</text>" in page
+
+
+def test_verify_run_catches_the_mock_clusters_aborted_reads(tmp_path: Path) -> None:
+    """librdkafka's mock cluster serves aborted records to read_committed consumers: the same
+    workload that is clean on oncelog must report those aborted reads, with their proof."""
+    report = tmp_path / "report.json"
+    args = ["--mock-cluster", "--duration", "8", "--rate", "100", "--partitions", "2"]
+    args += ["--producers", "1", "--txn-producers", "2", "--abort-probability", "0.4"]
+    args += ["--consumers", "2", "--history", str(tmp_path / "h.jsonl"), "--report", str(report)]
+    proc = verify_run(*args, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    data = json.loads(report.read_text())
+    assert data["ok"] is False
+    assert data["counts"]["aborted-read"] > 0
+    example = data["examples"]["aborted-read"][0]
+    assert example["details"]["status"] == "aborted"
+    assert len(example["ops"]) == 2  # the aborted send and the read_committed poll
+
+
+def test_verify_run_against_a_running_broker(tmp_path: Path, broker: BrokerProcess) -> None:
+    """--bootstrap: any broker address; broker faults need a broker the tool started."""
+    history = tmp_path / "h.jsonl"
+    args = ["--bootstrap", broker.bootstrap, "--duration", "6", "--partitions", "2"]
+    proc = verify_run(*args, "--history", str(history), timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "OK: no anomalies" in proc.stdout
+    assert any(isinstance(o, FinalRead) and o.records for o in read_history(history))
+    refused = verify_run(*args, "--faults", "kill", "--history", str(history), timeout=60)
+    assert refused.returncode == 2
+    assert "needs --start-broker" in refused.stderr

@@ -259,6 +259,30 @@ def test_abort_after_commit_attempt_is_indeterminate() -> None:
     assert_clean(h2.check())  # indeterminate: neither unseen nor lost
 
 
+def test_commit_without_outcome_is_indeterminate() -> None:
+    """A client killed inside commit: the transaction may or may not have committed."""
+    for visible in (True, False):
+        h = H()
+        h.txn("p", "begin", 1)
+        h.send("p", "a", 0, txn=1)
+        h.ops.append(Txn("p", 99, "invoke", "commit", "tid-p", 1))  # then SIGKILL
+        if visible:
+            h.poll("c", [(0, "a")])
+        h.final([(0, "a")] if visible else [])
+        assert_clean(h.check())
+
+
+def test_killed_before_commit_means_aborted() -> None:
+    """A client killed before it invoked commit: its transaction must never become visible."""
+    h = H()
+    h.txn("p", "begin", 1)
+    h.send("p", "a", 0, txn=1)
+    h.poll("c", [(0, "a")])
+    h.final([])
+    (a,) = only(h.check(), "aborted-read")
+    assert a.details["txn"] == 1
+
+
 # -- polls ----------------------------------------------------------------------------------------
 
 

@@ -33,6 +33,12 @@ def add_parsers(sub: Any) -> None:
     target.add_argument(
         "--start-broker", action="store_true", help="start an oncelog broker (allows --faults)"
     )
+    target.add_argument(
+        "--mock-cluster",
+        action="store_true",
+        help="start librdkafka's built-in mock cluster, which does not implement read_committed"
+        " or fencing: the check shows the violations a real broker must not have",
+    )
     rn.add_argument("--duration", type=float, default=30.0, help="seconds of workload")
     rn.add_argument("--rate", type=float, default=100.0, help="sends per second, all producers")
     rn.add_argument("--partitions", type=int, default=3)
@@ -46,7 +52,11 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument(
         "--subscribe", action="store_true", help="consumers subscribe (own group) instead of assign"
     )
-    rn.add_argument("--faults", default="", help="comma-separated: kill,pause")
+    rn.add_argument(
+        "--faults",
+        default="",
+        help="comma-separated: kill,pause (broker, needs --start-broker), crash (writer clients)",
+    )
     rn.add_argument("--fault-interval", type=float, default=3.0, help="quiet seconds between")
     rn.add_argument("--fault-duration", type=float, default=2.0, help="seconds each fault lasts")
     rn.add_argument("--history", default="verify-history.jsonl", help="history file to write")
@@ -77,6 +87,7 @@ def run_workload(args: argparse.Namespace) -> int:
         history=Path(args.history),
         bootstrap=args.bootstrap,
         start_broker=args.start_broker,
+        mock_cluster=args.mock_cluster,
         duration=args.duration,
         rate=args.rate,
         partitions=args.partitions,

@@ -193,6 +193,10 @@ class _Index:
                     self.polls.append((pos, op))
             elif isinstance(op, FinalRead):
                 self.finals[TopicPartition(op.topic, op.partition)] = (pos, op)
+        # A commit invoked without an outcome (the client crashed or timed out) may have
+        # committed; a transaction that never reached commit was aborted (by fencing or timeout).
+        for txn in commit_attempted:
+            self.txn_status.setdefault(txn, "indeterminate")
         for txn in txn_seen:
             self.txn_status.setdefault(txn, "aborted")
 

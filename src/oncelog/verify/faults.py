@@ -8,6 +8,7 @@ idempotent, so the run can always end with "heal everything, then read".
 
 from __future__ import annotations
 
+import itertools
 import re
 import signal
 import subprocess
@@ -15,7 +16,9 @@ import sys
 import threading
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 READY = re.compile(r"ready on ([\d.]+):(\d+)")
 
@@ -169,17 +172,83 @@ class PauseFault(BrokerFault):
         return "SIGCONT"
 
 
-FAULT_KINDS: dict[str, type[KillFault] | type[PauseFault]] = {
+class Crashable(Protocol):
+    """A client process that can be killed and started again (verify.worker.ProcessClient)."""
+
+    base: str
+
+    @property
+    def alive(self) -> bool: ...
+
+    def crash(self) -> str: ...
+
+    def heal(self) -> str | None: ...
+
+
+class ClientCrashFault(Fault):
+    """SIGKILL one writer client process (round robin); heal starts a new instance of it.
+
+    The new instance re-initialises the same transactional.id, which fences the dead one's
+    open transaction; a copier then resumes from its group's committed offsets.
+    """
+
+    kind = "crash"
+
+    def __init__(self, clients: Sequence[Crashable]) -> None:
+        if not clients:
+            raise ValueError("the crash fault needs writer clients (producers or copiers)")
+        self.clients = list(clients)
+        self._next = itertools.cycle(self.clients)
+        self._victim: Crashable | None = None
+        self._last = "clients"
+
+    @property
+    def target(self) -> str:
+        return self._last
+
+    def start(self) -> str | None:
+        for _ in self.clients:
+            victim = next(self._next)
+            if victim.alive:
+                self._victim, self._last = victim, victim.base
+                return victim.crash()
+        return None
+
+    def heal(self) -> str | None:
+        victim, self._victim = self._victim, None
+        return victim.heal() if victim is not None else None
+
+
+BROKER_FAULTS: dict[str, type[KillFault] | type[PauseFault]] = {
     "kill": KillFault,
     "pause": PauseFault,
 }
+CLIENT_FAULTS = ("crash",)
+FAULT_NAMES = (*BROKER_FAULTS, *CLIENT_FAULTS)
 
 
-def make_faults(names: list[str], broker: LocalBroker) -> list[Fault]:
-    """The faults named on the command line (kill, pause) against the tool's broker."""
-    out: list[Fault] = []
+def check_fault_names(names: Sequence[str], own_broker: bool) -> None:
+    """Unknown names, or broker faults without a broker the tool started, are errors."""
     for name in names:
-        if name not in FAULT_KINDS:
-            raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULT_KINDS)}")
-        out.append(FAULT_KINDS[name](broker))
+        if name not in FAULT_NAMES:
+            raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
+        if name in BROKER_FAULTS and not own_broker:
+            raise ValueError(f"the {name} fault needs --start-broker")
+
+
+def make_faults(
+    names: Sequence[str], broker: LocalBroker | None, clients: Sequence[Crashable]
+) -> list[Fault]:
+    """The faults named on the command line: kill and pause hit the tool's broker, crash the
+    writer client processes."""
+    check_fault_names(names, broker is not None)
+    out: list[Fault] = []
+    crash: ClientCrashFault | None = None  # one rotation over the clients, however often named
+    for name in names:
+        if name in BROKER_FAULTS:
+            assert broker is not None
+            out.append(BROKER_FAULTS[name](broker))
+        else:
+            crash = crash or ClientCrashFault(clients)
+            out.append(crash)
     return out

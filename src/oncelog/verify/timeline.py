@@ -20,7 +20,7 @@ from pathlib import Path
 from oncelog.verify.history import Fault, FinalRead, Op, Poll, Send, Txn
 
 WIDTH, PLOT_H, GAP, LEFT, RIGHT, TOP = 960, 180, 40, 60, 20, 30
-FAULT_COLOURS = {"kill": "#f4a6a6", "pause": "#a6c8f4"}
+FAULT_COLOURS = {"kill": "#f4a6a6", "pause": "#a6c8f4", "crash": "#f4d9a6"}
 OTHER_FAULT = "#d9d9d9"
 
 

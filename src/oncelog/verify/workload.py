@@ -28,7 +28,9 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from oncelog.verify import history as h
-from oncelog.verify.faults import Fault, LocalBroker, make_faults
+from oncelog.verify.faults import Fault, LocalBroker, check_fault_names, make_faults
+from oncelog.verify.mock_cluster import MockCluster
+from oncelog.verify.worker import ProcessClient, WorkerSpec
 
 # Broker rejections after which the record was certainly not written.
 DEFINITE_FAILURES = frozenset(
@@ -49,6 +51,7 @@ class RunConfig:
     history: Path
     bootstrap: str | None = None
     start_broker: bool = False
+    mock_cluster: bool = False
     duration: float = 30.0
     rate: float = 100.0
     partitions: int = 3
@@ -97,6 +100,38 @@ class Recorder:
                     self.stats.errors += 1
             if isinstance(op, h.Fault) and op.phase == "start":
                 self.stats.faults += 1
+
+
+class ClientStuck(Exception):
+    """A client call overran its own timeout by far; the client handle is abandoned."""
+
+
+def bounded(call: Any, timeout: float) -> Any:
+    """Run a blocking client call in a helper thread and give up after `timeout` seconds.
+
+    Why: librdkafka's send_offsets_to_transaction() can block forever, ignoring its timeout,
+    when its cached group coordinator was decommissioned by a re-bootstrap (all brokers were
+    down: librdkafka issues #5456 and #5511). A stuck call cannot be cancelled, so the caller
+    abandons that producer and fences it with a new instance of the same transactional.id.
+    """
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as e:  # handed back to the caller's thread
+            outcome.append((False, e))
+
+    worker = threading.Thread(target=target, name="bounded-call", daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if not outcome:
+        name = getattr(getattr(call, "func", call), "__name__", "call")
+        raise ClientStuck(f"{name} still blocked after {timeout}s")
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value
 
 
 def _error_text(err: object) -> str:
@@ -437,7 +472,7 @@ class Copier(TransactionalProducer):
     (send_offsets_to_transaction). Every copy is recorded with its ``source``, so the checker can
     prove each input was copied exactly once. After an abort (asked for, or after a failed
     commit) the consumer rewinds to the group's committed offsets. Copiers keep draining after
-    the producers stop, until the input has been idle for a few seconds.
+    the producers stop, until the group's committed offsets reach every partition's LSO.
     """
 
     def make_consumer(self) -> Consumer:
@@ -449,6 +484,7 @@ class Copier(TransactionalProducer):
                 "enable.auto.commit": False,
                 "isolation.level": "read_committed",
                 "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10000,
                 "client.id": f"{self.process}-consumer",
             }
         )
@@ -458,28 +494,96 @@ class Copier(TransactionalProducer):
     def rewind(self, consumer: Consumer) -> Consumer:
         """Back to the committed offsets; a consumer that cannot seek is replaced."""
         try:
-            committed = consumer.committed(consumer.assignment(), timeout=10)
+            committed = bounded(partial(consumer.committed, consumer.assignment(), 10), 20)
             for tp in committed:
                 if tp.offset < 0:
                     tp.offset = -2  # OFFSET_BEGINNING
                 consumer.seek(tp)
             return consumer
+        except (KafkaException, ClientStuck):
+            return self.replace_consumer(consumer)
+
+    def replace_consumer(self, consumer: Consumer) -> Consumer:
+        """A new group member, which starts from the committed offsets (a rewind).
+
+        The old one is closed if it can be; a close that hangs (the librdkafka coordinator bug
+        described in `bounded`) leaves the handle abandoned, and the group evicts it after its
+        session timeout.
+        """
+        self.close_consumer(consumer)
+        return self.make_consumer()
+
+    def close_consumer(self, consumer: Consumer) -> None:
+        try:
+            bounded(consumer.close, 10)
+        except (KafkaException, ClientStuck):
+            self.abandoned.append(consumer)
+
+    def probe(self, isolation: h.Isolation) -> Consumer:
+        return Consumer(
+            {
+                "bootstrap.servers": self.run_.bootstrap,
+                "log_level": 0,
+                "group.id": f"{self.run_.topic}-copiers",
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+                "client.id": f"{self.process}-probe",
+            }
+        )
+
+    def caught_up(self) -> bool:
+        """Every input transaction is decided (LSO = high watermark on every partition) and no
+        committed input record lies after the group's committed offsets."""
+        topic, partitions = self.run_.topic, self.run_.config.partitions
+        committed_probe, raw_probe = self.probe("read_committed"), self.probe("read_uncommitted")
+        try:
+            tps = [CkTopicPartition(topic, p) for p in range(partitions)]
+            for p in range(partitions):
+                tp = CkTopicPartition(topic, p)
+                _, lso = committed_probe.get_watermark_offsets(tp, timeout=10, cached=False)
+                _, high = raw_probe.get_watermark_offsets(tp, timeout=10, cached=False)
+                if lso < high:
+                    return False
+            start = committed_probe.committed(tps, timeout=10)
+            for tp in start:
+                if tp.offset < 0:
+                    tp.offset = -2  # OFFSET_BEGINNING
+            committed_probe.assign(start)
+            deadline = time.monotonic() + 2
+            while time.monotonic() < deadline:
+                if any(m.error() is None for m in committed_probe.consume(100, 0.5)):
+                    return False
+            return True
         except KafkaException:
-            consumer.close()
-            return self.make_consumer()
+            return False
+        finally:
+            committed_probe.close()
+            raw_probe.close()
+
+    def finished(self, idle_since: float, drain_deadline: float | None) -> bool:
+        """After the producers stop: done once the input is idle and entirely copied."""
+        if drain_deadline is None or time.monotonic() - idle_since < 3:
+            return False
+        return time.monotonic() > drain_deadline or self.caught_up()
 
     def work(self) -> None:
+        self.abandoned = []
         producer, consumer = self.make_txn(), self.make_consumer()
         rng = random.Random(self.base)
         idle_since = time.monotonic()
-        while not (self.run_.producers_done.is_set() and time.monotonic() - idle_since > 3):
+        drain_deadline: float | None = None
+        while not self.finished(idle_since, drain_deadline):
+            if drain_deadline is None and self.run_.producers_done.is_set():
+                drain_deadline = time.monotonic() + 120
             try:
                 messages = [m for m in consumer.consume(200, 0.3) if m.error() is None]
             except KafkaException:
-                consumer.close()
-                consumer = self.make_consumer()
+                consumer = self.replace_consumer(consumer)
                 continue
             if not messages:
+                if time.monotonic() - idle_since > 15 and not self.caught_up():
+                    # Input waits but nothing arrives: the consumer is stuck, not idle.
+                    consumer, idle_since = self.replace_consumer(consumer), time.monotonic()
                 continue
             idle_since = time.monotonic()
             txn = self.run_.next_txn()
@@ -495,14 +599,24 @@ class Copier(TransactionalProducer):
                 producer.poll(0)
             producer.flush(15)
             abort = rng.random() < self.run_.config.abort_probability
-            if self.settle(producer, consumer, txn, abort):
+            try:
+                if self.settle(producer, consumer, txn, abort):
+                    continue
+            except ClientStuck:
+                # Keep the stuck handle referenced (destroying it under a blocked call is
+                # unsafe); the new instance's init_transactions fences it and aborts its txn.
+                self.abandoned.append(producer)
+                self.restart_identity()
+                producer, consumer = self.make_txn(), self.replace_consumer(consumer)
                 continue
             aborted = self.txn_op("abort", txn, partial(producer.abort_transaction, 15))
             consumer = self.rewind(consumer)
             if not aborted:
                 producer = self.recreate(producer)
-        consumer.close()
+        self.close_consumer(consumer)
         producer.flush(15)
+
+    abandoned: list[Producer | Consumer]
 
     def settle(self, producer: Producer, consumer: Consumer, txn: int, abort: bool) -> bool:
         """Add the offsets and commit; False when the transaction must be aborted instead."""
@@ -515,7 +629,7 @@ class Copier(TransactionalProducer):
         try:
             positions = consumer.position(consumer.assignment())
             meta = consumer.consumer_group_metadata()
-            producer.send_offsets_to_transaction(positions, meta, 15)
+            bounded(partial(producer.send_offsets_to_transaction, positions, meta, 15), 30)
             return True
         except KafkaException:
             return False
@@ -535,6 +649,7 @@ class Run:
         self._txn = itertools.count(1)
         self._lock = threading.Lock()
         self.broker: LocalBroker | None = None
+        self.mock: MockCluster | None = None
         self.bootstrap = config.bootstrap or ""
         self.faults: list[Fault] = []
         writers = config.producers + config.txn_producers
@@ -600,6 +715,12 @@ class Run:
         return all(p.leader >= 0 for p in partitions.values())
 
     def create_topic(self) -> None:
+        if self.mock is not None:  # the mock has no CreateTopics
+            self.mock.create_topic(self.topic, self.config.partitions)
+            if self.config.copiers:
+                self.mock.create_topic(self.output_topic, self.config.partitions)
+            self.wait_ready()
+            return
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
         topics = [NewTopic(self.topic, self.config.partitions, 1)]
         if self.config.copiers:
@@ -656,24 +777,56 @@ class Run:
                 flush=True,
             )
 
-    def clients(self) -> list[Client]:
-        """Producers, transactional producers, and consumers alternating isolation levels."""
+    def clients(self) -> list[Client | ProcessClient]:
+        """Producers, transactional producers, consumers alternating isolation levels, copiers.
+
+        With the crash fault the writers run as worker processes, so crashing one is real.
+        """
         cfg = self.config
-        out: list[Client] = [IdempotentProducer(f"producer{i}", self) for i in range(cfg.producers)]
-        out += [TransactionalProducer(f"txn{i}", self) for i in range(cfg.txn_producers)]
+        writers = [("producer", f"producer{i}") for i in range(cfg.producers)]
+        writers += [("txn", f"txn{i}") for i in range(cfg.txn_producers)]
+        writers += [("copier", f"copier{i}") for i in range(cfg.copiers)]
+        out: list[Client | ProcessClient] = []
+        for n, (role, name) in enumerate(writers):
+            if "crash" in cfg.faults:
+                out.append(ProcessClient(self.worker_spec(role, name, n), self.recorder))
+            else:
+                out.append(IN_PROCESS[role](name, self))
         for i in range(cfg.consumers):
             isolation: h.Isolation = "read_committed" if i % 2 == 0 else "read_uncommitted"
             mode: h.Mode = "subscribe" if cfg.subscribe else "assign"
             out.append(AssignConsumer(f"consumer{i}", self, isolation, mode))
-        out += [Copier(f"copier{i}", self) for i in range(cfg.copiers)]
         return out
 
-    def drain(self, clients: list[Client]) -> None:
+    def worker_spec(self, role: str, name: str, n: int) -> WorkerSpec:
+        return WorkerSpec(
+            role=role,
+            name=name,
+            bootstrap=self.bootstrap,
+            topic=self.topic,
+            output_topic=self.output_topic,
+            partitions=self.config.partitions,
+            per_client_rate=self.per_client_rate,
+            abort_probability=self.config.abort_probability,
+            txn_base=(n + 1) * 10_000_000,
+        )
+
+    @staticmethod
+    def is_copier(c: Client | ProcessClient) -> bool:
+        return isinstance(c, Copier) or (isinstance(c, ProcessClient) and c.spec.role == "copier")
+
+    def drain(self, clients: list[Client | ProcessClient]) -> None:
         """Stop the clients (copiers last, once they copied everything), then the final reads."""
         for c in clients:
-            if not isinstance(c, Copier):
+            if isinstance(c, ProcessClient) and not self.is_copier(c):
+                c.finish()
+        for c in clients:
+            if not self.is_copier(c):
                 c.join(90)
         self.producers_done.set()
+        for c in clients:
+            if isinstance(c, ProcessClient):
+                c.finish()
         for c in clients:
             c.join(90)
         self.wait_ready()
@@ -691,9 +844,10 @@ class Run:
             self.broker = LocalBroker(Path(tmp.name) / "data", Path(tmp.name) / "broker.log")
             self.broker.start()
             self.bootstrap = self.broker.bootstrap
-            self.faults = make_faults(cfg.faults, self.broker)
-        elif cfg.faults:
-            raise ValueError("--faults needs --start-broker")
+        elif cfg.mock_cluster:
+            self.mock = MockCluster()
+            self.bootstrap = self.mock.bootstrap
+        check_fault_names(cfg.faults, cfg.start_broker)
         cfg.history.parent.mkdir(parents=True, exist_ok=True)
         cfg.history.write_text("")
         writer = h.HistoryWriter.open(cfg.history)
@@ -701,6 +855,8 @@ class Run:
         try:
             self.create_topic()
             clients = self.clients()
+            crashable = [c for c in clients if isinstance(c, ProcessClient)]
+            self.faults = make_faults(cfg.faults, self.broker, crashable)
             for c in clients:
                 c.start()
             threads = [threading.Thread(target=self.schedule_faults, daemon=True)]
@@ -722,8 +878,17 @@ class Run:
             writer.close()
             if self.broker is not None:
                 self.broker.stop()
+            if self.mock is not None:
+                self.mock.stop()
             if tmp is not None:
                 tmp.cleanup()
+
+
+IN_PROCESS: dict[str, type[Client]] = {
+    "producer": IdempotentProducer,
+    "txn": TransactionalProducer,
+    "copier": Copier,
+}
 
 
 def run(config: RunConfig) -> RunStats:
