@@ -54,3 +54,12 @@ def test_unreadable_history_exits_2(tmp_path: Path) -> None:
     result = run(tmp_path / "missing.jsonl")
     assert result.returncode == 2
     assert "cannot read history" in result.stderr
+
+
+def test_progress_line_draws_a_bar() -> None:
+    from oncelog.verify.workload import RunStats, progress_line
+
+    line = progress_line(10, 20, RunStats(ops=5, errors=1, faults=2), width=10)
+    assert line.startswith("[#####-----]")
+    assert "10s/20s" in line and "ops 5" in line and "errors 1" in line and "faults 2" in line
+    assert progress_line(99, 20, RunStats(), width=4).startswith("[####]")

@@ -765,17 +765,23 @@ class Run:
             consumer.close()
 
     def progress(self) -> None:
-        """One line a second on stderr so a long run shows it is alive."""
-        started = time.monotonic()
+        """A progress bar on a terminal (redrawn in place), else one line every 5 seconds."""
+        started, tty = time.monotonic(), sys.stderr.isatty()
+        ticks = 0
         while not self.stop.wait(1.0):
-            s = self.recorder.stats
-            elapsed = time.monotonic() - started
-            print(
-                f"[{elapsed:4.0f}s/{self.config.duration:.0f}s] ops {s.ops}  errors {s.errors}"
-                f"  faults {s.faults}",
-                file=sys.stderr,
-                flush=True,
-            )
+            ticks += 1
+            if tty or ticks % 5 == 0:
+                line = progress_line(
+                    time.monotonic() - started, self.config.duration, self.recorder.stats
+                )
+                print(
+                    ("\r" + line) if tty else line,
+                    end="" if tty else "\n",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        if tty:
+            print(file=sys.stderr)
 
     def clients(self) -> list[Client | ProcessClient]:
         """Producers, transactional producers, consumers alternating isolation levels, copiers.
@@ -882,6 +888,16 @@ class Run:
                 self.mock.stop()
             if tmp is not None:
                 tmp.cleanup()
+
+
+def progress_line(elapsed: float, duration: float, stats: RunStats, width: int = 30) -> str:
+    """`[#####-----]  12s/20s  ops 2290  errors 3  faults 2`."""
+    done = min(width, int(width * elapsed / duration)) if duration > 0 else width
+    bar = "#" * done + "-" * (width - done)
+    return (
+        f"[{bar}] {elapsed:4.0f}s/{duration:.0f}s  ops {stats.ops}  errors {stats.errors}"
+        f"  faults {stats.faults}"
+    )
 
 
 IN_PROCESS: dict[str, type[Client]] = {
