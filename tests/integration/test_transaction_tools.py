@@ -106,3 +106,27 @@ os._exit(9)
         ).count("\n")
         == 1
     )
+
+
+def test_describe_in_every_state(broker_factory: type[BrokerProcess]) -> None:
+    """Empty (start time -1 on the wire, as Kafka sends it), Ongoing with its partitions, and
+    CompleteCommit."""
+    broker = broker_factory(overrides=OVERRIDES).start()
+    producer = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "described"})
+    producer.init_transactions(20)
+
+    def row() -> list[str]:
+        out = oncelog(broker, "transactions", "describe", "--transactional-id", "described")
+        header, line = out.splitlines()
+        assert header.split("\t")[0] == "TransactionalId"
+        return line.split("\t")
+
+    empty = row()
+    assert empty[0] == "described" and empty[3] == "Empty" and empty[5] == "-"
+    producer.begin_transaction()
+    producer.produce("stuck", b"x")
+    assert producer.flush(10) == 0
+    ongoing = row()
+    assert ongoing[3] == "Ongoing" and ongoing[5].startswith("20") and ongoing[6] == "stuck-0"
+    producer.commit_transaction(20)
+    assert row()[3] == "CompleteCommit"

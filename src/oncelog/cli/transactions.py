@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 from oncelog.client.admin import Admin, ProducerInfo
@@ -85,10 +86,11 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
         return 1
     partitions = ",".join(f"{d.topic}-{p}" for d in t.topics for p in d.partitions)
     print("TransactionalId\tProducerId\tProducerEpoch\tState\tTimeoutMs\tStartTime\tPartitions")
-    start = t.transaction_start_time
+    start = t.transaction_start_time_ms
+    when = "-" if start < 0 else datetime.fromtimestamp(start / 1000, UTC).isoformat()
     print(
         f"{t.transactional_id}\t{t.producer_id}\t{t.producer_epoch}\t{t.transaction_state}\t"
-        f"{int(t.transaction_timeout.total_seconds() * 1000)}\t{start}\t{partitions}"
+        f"{t.transaction_timeout_ms}\t{when}\t{partitions}"
     )
     return 0
 
@@ -129,7 +131,7 @@ def find_hanging(admin: Admin, topics: list[str] | None, max_timeout_ms: int) ->
             continue
         t = admin.describe_transaction(listed.transactional_id)
         in_txn = any(d.topic == p.tp.topic and p.tp.partition in d.partitions for d in t.topics)
-        started = int(t.transaction_start_time.timestamp() * 1000)
+        started = t.transaction_start_time_ms
         if t.producer_epoch != p.producer_epoch or not in_txn or now - started >= max_timeout_ms:
             hanging.append(p)
     return hanging

@@ -8,7 +8,9 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from oncelog.client import describe_transactions
 from oncelog.client.connection import ClientError, Connection, parse_bootstrap
+from oncelog.client.describe_transactions import TransactionState
 from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
 METADATA, LIST_OFFSETS, FIND_COORDINATOR = 3, 2, 10
@@ -136,10 +138,11 @@ class Admin:
             out.extend(conn.call(LIST_TRANSACTIONS, (0, 1), body).transaction_states)
         return out
 
-    def describe_transaction(self, txn_id: str) -> Any:
+    def describe_transaction(self, txn_id: str) -> TransactionState:
         conn = self.coordinator(txn_id, 1)
-        response = conn.call(DESCRIBE_TRANSACTIONS, (0, 0), {"transactional_ids": [txn_id]})
-        return response.transaction_states[0]
+        version = conn.version_for(DESCRIBE_TRANSACTIONS, (0, 0))
+        frame, pos = conn.call_raw(DESCRIBE_TRANSACTIONS, version, {"transactional_ids": [txn_id]})
+        return describe_transactions.decode(frame, pos)[0]
 
     def abort(self, producer: ProducerInfo) -> int:
         """Write an ABORT marker for `producer`'s open transaction on its partition."""

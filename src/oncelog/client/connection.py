@@ -55,6 +55,12 @@ class Connection:
         return self._call(api_key, self.version_for(api_key, ours), body)
 
     def _call(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+        frame, pos = self.call_raw(api_key, version, body)
+        entity, _ = entity_reader(response_class(api_key, version))(frame, pos)
+        return entity
+
+    def call_raw(self, api_key: int, version: int, body: Mapping[str, Any]) -> tuple[bytes, int]:
+        """Send one request; the response frame and where its body starts (for own decoders)."""
         self._correlation += 1
         flexible = is_flexible(api_key, version)
         client = CLIENT_ID.encode()
@@ -67,9 +73,7 @@ class Connection:
         (correlation,) = struct.unpack_from(">i", frame, 0)
         if correlation != self._correlation:
             raise ClientError(f"correlation id {correlation}, expected {self._correlation}")
-        pos = 4 + (1 if flexible and api_key != API_VERSIONS_KEY else 0)
-        entity, _ = entity_reader(response_class(api_key, version))(frame, pos)
-        return entity
+        return frame, 4 + (1 if flexible and api_key != API_VERSIONS_KEY else 0)
 
     def _recv(self, n: int) -> bytes:
         buf = bytearray()
