@@ -100,6 +100,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--json", help="write the runs here")
+    parser.add_argument("--rev", help="commit to report (default: git rev-parse of the repo)")
     args = parser.parse_args()
 
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-pipeline-"))
@@ -146,12 +147,15 @@ def main() -> int:
             for s in SEMANTICS
         }
         overhead = 1 - median["exactly-once"] / median["at-least-once"]
-        rev = subprocess.run(
-            ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout.strip()
+        rev = (
+            args.rev
+            or subprocess.run(
+                ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
+                capture_output=True,
+                text=True,
+                check=False,
+            ).stdout.strip()
+        )
         summary = {
             "rev": rev,
             "nproc": os.cpu_count(),
