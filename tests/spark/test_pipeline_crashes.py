@@ -135,7 +135,7 @@ def test_broker_sigkill_mid_run(
             break
         time.sleep(3)
     if proc.proc.poll() is None:
-        proc.terminate()
+        assert proc.terminate() == 0, "SIGTERM must stop the pipeline cleanly\n" + proc.tail()
     run_to_end(pipelines, args, tmp_path / "p.log")
     analysis = analyse_kafka(pbroker.bootstrap, INPUT, OUTPUT)
     assert_exactly_once(analysis)
