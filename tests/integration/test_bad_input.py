@@ -344,6 +344,21 @@ def test_unknown_tagged_field_in_header_is_skipped(srv: BrokerProcess) -> None:
     assert response.brokers[0].port == srv.port
 
 
+
+def test_unknown_tagged_fields_in_body_are_ignored_like_kafka(srv: BrokerProcess) -> None:
+    """Newer clients may add tagged fields this version does not know: at the top level and
+    inside a nested struct they are dropped, the known fields still count."""
+    top_level = b"\x02\x05\x02\xaa\xbb\x09\x00"  # two unknown fields: tag 5 (2 bytes), tag 9
+    nested_topic = bytes(16) + b"\x06topic" + b"\x01\x07\x01\x99"  # tag 7 in the topic struct
+    body = b"\x02" + nested_topic + b"\x00\x00" + top_level
+    with RawClient(srv.port) as client:
+        client.send(frame(header(METADATA, 12, 5) + body))
+        got, response = decode_response(METADATA, 12, client.recv_frame())
+    assert got == 5
+    assert [t.name for t in response.topics] == ["topic"]
+    assert response.topics[0].error_code == 3  # UNKNOWN_TOPIC_OR_PARTITION: no auto-create
+
+
 # -- 3. request bodies -----------------------------------------------------------------------
 
 

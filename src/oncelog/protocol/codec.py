@@ -75,13 +75,19 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
 
 
 def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
-    """Decode a request body; any malformation is a DecodeError.
+    """Decode a request body; any malformation is a DecodeError. Unknown tagged fields are
+    dropped first, as Kafka ignores them.
 
     Bytes after a complete body are ignored, as Kafka does (its request parser never checks
     for them): librdkafka 2.16 sends Metadata v12 requests for all topics with three extra
     bytes, and a broker that refused them would be unusable for it.
     """
-    check_array_counts(cls, buf, offset)
+    edits = check_array_counts(cls, buf, offset)
+    if edits:
+        edited = _apply_edits(buf, edits)
+        if edited is not None:
+            log.debug("ignored unknown tagged fields in %s v%d", cls.__name__, cls.__version__)
+            buf = edited
     try:
         entity, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises DecodeError subclasses, ValueError, OverflowError
@@ -291,12 +297,43 @@ def _field_shape(f: Field[Any], flexible: bool) -> _Shape:
     return shape
 
 
-def check_array_counts(cls: type[Any], buf: bytes, offset: int) -> None:
-    """Raise DecodeError if an array in `buf[offset:]` claims more elements than can fit."""
+def check_array_counts(cls: type[Any], buf: bytes, offset: int) -> list[_Edit]:
+    """Raise DecodeError if an array in `buf[offset:]` claims more elements than can fit.
+
+    Returns the edits that drop unknown tagged fields (see `_walk_entity`)."""
+    edits: list[_Edit] = []
     try:
-        _walk_entity(_entity_shape(cls), buf, offset, len(buf))
+        _walk_entity(_entity_shape(cls), buf, offset, len(buf), edits)
     except (struct.error, IndexError) as exc:
         raise DecodeError(f"{cls.__name__} v{cls.__version__} ends early: {exc}") from exc
+    return edits
+
+
+#: (start, end, replacement): bytes of the request to replace before kio decodes it.
+_Edit = tuple[int, int, bytes]
+
+
+def _uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _apply_edits(buf: bytes, edits: list[_Edit]) -> bytes | None:
+    """`buf` with the edits applied; None when they overlap (an unknown tag nested inside a
+    known tagged field: left to kio, which refuses it)."""
+    out, pos = bytearray(), 0
+    for start, end, replacement in sorted(edits):
+        if start < pos:
+            return None
+        out += buf[pos:start]
+        out += replacement
+        pos = end
+    out += buf[pos:]
+    return bytes(out)
 
 
 def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
@@ -311,24 +348,41 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
     raise DecodeError("varint longer than 5 bytes")
 
 
-def _walk_entity(shape: _EntityShape, buf: bytes, pos: int, end: int) -> int:
+def _walk_entity(
+    shape: _EntityShape, buf: bytes, pos: int, end: int, edits: list[_Edit] | None = None
+) -> int:
+    """Walk one entity; a tagged-field section holding tags this version does not know is
+    noted in `edits` as a rewrite without them: Kafka ignores unknown tagged fields (newer
+    clients may send them), kio refuses them."""
     for field in shape.fields:
-        pos = _walk(field, shape.flexible, buf, pos, end)
+        pos = _walk(field, shape.flexible, buf, pos, end, edits)
     if shape.flexible:
         if buf[pos] == 0:  # no tagged fields, the usual case
             return pos + 1
+        section = pos
         count, pos = _uvarint(buf, pos)
+        kept: list[tuple[int, int]] = []
         for _ in range(count):  # each field takes >= 2 bytes, so this ends with the buffer
+            start = pos
             tag, pos = _uvarint(buf, pos)
             size, pos = _uvarint(buf, pos)
             known = shape.tagged.get(tag)
-            pos = pos + size if known is None else _walk(known, True, buf, pos, end)
+            if known is None:
+                pos += size
+            else:
+                pos = _walk(known, True, buf, pos, end, edits)
+                kept.append((start, pos))
             if pos > end:
                 raise DecodeError("tagged field overruns the request")
+        if len(kept) < count and edits is not None:
+            fields_kept = b"".join(buf[a:b] for a, b in kept)
+            edits.append((section, pos, _uvarint_bytes(len(kept)) + fields_kept))
     return pos
 
 
-def _walk(shape: _Shape, flexible: bool, buf: bytes, pos: int, end: int) -> int:
+def _walk(
+    shape: _Shape, flexible: bool, buf: bytes, pos: int, end: int, edits: list[_Edit] | None
+) -> int:
     op = shape.op
     if op == _FIXED:
         pos += shape.arg
@@ -346,7 +400,7 @@ def _walk(shape: _Shape, flexible: bool, buf: bytes, pos: int, end: int) -> int:
             pos += 1
             if buf[pos - 1] == 0xFF:
                 return pos
-        pos = _walk_entity(nested, buf, pos, end)
+        pos = _walk_entity(nested, buf, pos, end, edits)
     else:
         if flexible:
             count, pos = _uvarint(buf, pos)
@@ -361,7 +415,7 @@ def _walk(shape: _Shape, flexible: bool, buf: bytes, pos: int, end: int) -> int:
             pos += max(count, 0) * element.arg
         else:
             for _ in range(count):
-                pos = _walk(element, flexible, buf, pos, end)
+                pos = _walk(element, flexible, buf, pos, end, edits)
     if pos > end:
         raise DecodeError(f"field overruns the request by {pos - end} bytes")
     return pos
