@@ -206,7 +206,8 @@ class TransactionCoordinator:
             if meta.state == TxnState.PREPARE_COMMIT
             else TxnState.COMPLETE_ABORT
         )
-        done = meta.to(target, self.clock.wall_ms(), partitions=frozenset(), start_ms=-1)
+        # Like Kafka, a completed transaction keeps its start time (DescribeTransactions shows it).
+        done = meta.to(target, self.clock.wall_ms(), partitions=frozenset())
         return [(txn_id, done)]
 
     # -- timers ------------------------------------------------------------------------------
