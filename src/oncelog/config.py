@@ -91,6 +91,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         doc="oncelog: cap on (partition, producer) entries; least recently used evicted.",
     ),
     ConfigDef("offsets.topic.num.partitions", C.INT, "50"),
+    ConfigDef("offsets.retention.minutes", C.INT, "10080"),
+    ConfigDef("offsets.retention.check.interval.ms", C.INT, "600000"),
     ConfigDef("offsets.topic.replication.factor", C.INT, "1"),
     ConfigDef("transaction.state.log.num.partitions", C.INT, "50"),
     ConfigDef("transaction.state.log.replication.factor", C.INT, "1"),
@@ -98,6 +100,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("transaction.max.timeout.ms", C.INT, "900000"),
     ConfigDef("transactional.id.expiration.ms", C.INT, "604800000"),
     ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", C.INT, "10000"),
+    ConfigDef(
+        "oncelog.testing.offsets.retention.ms",
+        C.INT,
+        "-1",
+        doc=(
+            "TESTING ONLY: when >= 0, the offset retention in milliseconds instead of "
+            "offsets.retention.minutes, so tests need not wait a minute."
+        ),
+    ),
     ConfigDef(
         "oncelog.testing.crash.after.prepare",
         C.BOOLEAN,

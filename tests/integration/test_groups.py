@@ -271,6 +271,34 @@ def test_committed_offsets_survive_sigkill(gbroker: BrokerProcess) -> None:
         again.close()
 
 
+def test_offsets_expire_after_the_retention_and_stay_gone(
+    broker_factory: type[BrokerProcess],
+) -> None:
+    """offsets.retention (testing: in ms): a simple group's offsets and then the group go."""
+    overrides = {
+        **GROUP_OVERRIDES,
+        "oncelog.testing.offsets.retention.ms": "1500",
+        "offsets.retention.check.interval.ms": "300",
+    }
+    broker = broker_factory(overrides=overrides).start()
+    topic = "g-expiring"
+    create_topic(broker.bootstrap, topic, 2)
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+
+    def listed() -> set[str]:
+        return {g.group_id for g in admin.list_consumer_groups().result(10).valid}
+
+    consumer = _consumer(broker.bootstrap, "expiring")
+    consumer.commit(offsets=[TopicPartition(topic, 0, 7)], asynchronous=False)
+    committed = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+    assert committed[0].offset == 7 and "expiring" in listed()
+    wait_until(lambda: "expiring" not in listed(), 15, "the group expires")
+    assert consumer.committed([TopicPartition(topic, 0)], timeout=10)[0].offset < 0
+    consumer.close()
+    broker.restart(kill=True)
+    assert "expiring" not in listed()
+
+
 def test_kafka_python_group_consumer(gbroker: BrokerProcess) -> None:
     from kafka import KafkaConsumer
     from kafka import TopicPartition as KTP

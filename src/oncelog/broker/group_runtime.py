@@ -65,6 +65,10 @@ class GroupRuntime:
             max_metadata_bytes=config.get_int("offset.metadata.max.bytes"),
         )
         self.coordinator = GroupCoordinator(settings, clock)
+        testing_ms = config.get_int("oncelog.testing.offsets.retention.ms")
+        self.retention_ms = (
+            testing_ms if testing_ms >= 0 else config.get_int("offsets.retention.minutes") * 60_000
+        )
         #: Set by the server: complete purgatory operations watching these keys.
         self.wake: Callable[[list[Hashable]], None] = lambda keys: None
         #: Set by the server: the coordinator's next deadline may have moved earlier.
@@ -159,6 +163,18 @@ class GroupRuntime:
             except KafkaError as exc:
                 log.warning("cannot store group records: %s", exc)
         self.after_operation()
+
+    def expire_offsets(self) -> int:
+        """Delete offsets (and emptied groups) past the retention; returns how many records."""
+        records = self.coordinator.expire_offsets(self.clock.wall_ms(), self.retention_ms)
+        if records:
+            try:
+                self._persist(records)
+            except KafkaError as exc:
+                log.warning("cannot store expired offsets: %s", exc)
+                return 0
+            self.after_operation()
+        return len(records)
 
     def on_marker(self, marker: Marker) -> None:
         """A transaction marker was written: decide its producer's offsets if it landed on

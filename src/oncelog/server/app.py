@@ -96,6 +96,12 @@ class BrokerServer:
                     self._expire_producers,
                 )
             ),
+            asyncio.create_task(
+                self._every(
+                    self.config.get_int("offsets.retention.check.interval.ms") / 1000,
+                    self._expire_offsets,
+                )
+            ),
         ]
         return self.port
 
@@ -178,6 +184,11 @@ class BrokerServer:
         removed = self.replicas.logs.remove_expired_producers()
         if removed:
             log.info("expired %d producer entries (producer.id.expiration.ms)", removed)
+
+    async def _expire_offsets(self) -> None:
+        removed = self.groups.expire_offsets()
+        if removed:
+            log.info("expired %d offset/group records (offsets.retention.minutes)", removed)
 
     async def _checkpoint(self) -> None:
         self.replicas.logs.checkpoint()

@@ -608,6 +608,36 @@ class GroupCoordinator:
 
         return Result(codes, records, fail)
 
+    # == Offset retention =======================================================================
+
+    def expire_offsets(self, now_ms: int, retention_ms: int) -> list[GroupRecord]:
+        """Tombstones for committed offsets past `offsets.retention.minutes` (KIP-211).
+
+        Only Empty groups lose offsets: a consumer group's clock starts when it became Empty
+        (the time of its last group record), a group without a protocol (commits only, e.g.
+        `assign` consumers or the Spark sink's markers) counts from each offset's commit.
+        Partitions with transactional offsets still pending are kept. A group left with no
+        offsets is deleted too. (Kafka also expires the offsets of topics an active consumer
+        group no longer subscribes to; oncelog does not, yet.)
+        """
+        records: list[GroupRecord] = []
+        for group in self.groups.values():
+            if not group.in_state(S.EMPTY) or group.pending_txn_offsets:
+                continue
+            since = group.state_timestamp if group.protocol_type else -1
+            expired = []
+            for tp, value in group.offsets.items():
+                start = since if since >= 0 else value.commit_timestamp
+                if start >= 0 and start + retention_ms <= now_ms:
+                    expired.append(tp)
+            records += [
+                GroupRecord(OffsetKey(group.group_id, tp.topic, tp.partition), None)
+                for tp in expired
+            ]
+            if len(expired) == len(group.offsets):
+                records.append(GroupRecord(GroupKey(group.group_id), None))
+        return records
+
     # == Replay ================================================================================
 
     def replay(self, record: GroupRecord) -> None:
