@@ -41,7 +41,9 @@ def same(fast: Any, slow: Any) -> None:
     assert fast.acks == slow.acks
     assert [t.name for t in fast.topic_data] == [t.name for t in slow.topic_data]
     for ft, st_ in zip(fast.topic_data, slow.topic_data, strict=True):
-        got = [(p.index, None if p.records is None else bytes(p.records)) for p in ft.partition_data]
+        got = [
+            (p.index, None if p.records is None else bytes(p.records)) for p in ft.partition_data
+        ]
         want = [(p.index, p.records) for p in st_.partition_data]
         assert got == want
 
