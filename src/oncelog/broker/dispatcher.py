@@ -63,7 +63,6 @@ from oncelog.protocol.codec import (
     response_class,
 )
 from oncelog.protocol.headers import HeaderError, parse_request_header, peek_ids
-from oncelog.protocol.produce_request import decode_produce
 from oncelog.protocol.registry import ApiKey, is_supported, supported_range
 
 log = logging.getLogger(__name__)
@@ -149,7 +148,7 @@ class Dispatcher:
             return Close(f"unsupported version {version} of api key {api_key}")
         try:
             header, offset = parse_request_header(frame, is_flexible(api_key, version))
-            request = _decode(api_key, version, frame, offset)
+            request = decode_request(request_class(api_key, version), frame, offset)
         except (HeaderError, DecodeError) as exc:
             return Close(f"malformed request (api key {api_key} v{version}): {exc}")
         ctx = RequestContext(
@@ -174,16 +173,6 @@ class Dispatcher:
         if isinstance(answer, Delayed):
             return Pending(answer, finish)
         return Reply(finish(answer))
-
-
-def _decode(api_key: int, version: int, frame: bytes, offset: int) -> Any:
-    """Produce takes the zero-copy decoder when it can; everything else (and any Produce it
-    does not find well formed) the generic one, which names the error."""
-    if api_key == ApiKey.PRODUCE:
-        request = decode_produce(frame, offset, version)
-        if request is not None:
-            return request
-    return decode_request(request_class(api_key, version), frame, offset)
 
 
 def _finisher(
