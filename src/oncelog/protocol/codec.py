@@ -31,6 +31,7 @@ from kio.serial._introspect import (
 from kio.static.primitive import i64
 
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
+from oncelog.protocol.records.record import encode_unsigned_varint
 
 log = logging.getLogger(__name__)
 
@@ -313,15 +314,6 @@ def check_array_counts(cls: type[Any], buf: bytes, offset: int) -> list[_Edit]:
 _Edit = tuple[int, int, bytes]
 
 
-def _uvarint_bytes(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _apply_edits(buf: bytes, edits: list[_Edit]) -> bytes | None:
     """`buf` with the edits applied; None when they overlap (an unknown tag nested inside a
     known tagged field: left to kio, which refuses it)."""
@@ -376,7 +368,7 @@ def _walk_entity(
                 raise DecodeError("tagged field overruns the request")
         if len(kept) < count and edits is not None:
             fields_kept = b"".join(buf[a:b] for a, b in kept)
-            edits.append((section, pos, _uvarint_bytes(len(kept)) + fields_kept))
+            edits.append((section, pos, encode_unsigned_varint(len(kept)) + fields_kept))
     return pos
 
 

@@ -27,7 +27,11 @@ def zigzag(value: int) -> int:
 
 def encode_varint(value: int) -> bytes:
     """Signed (zig-zag) varint as used inside records."""
-    n = zigzag(value) & 0xFFFFFFFFFFFFFFFF
+    return encode_unsigned_varint(zigzag(value) & 0xFFFFFFFFFFFFFFFF)
+
+
+def encode_unsigned_varint(n: int) -> bytes:
+    """Unsigned varint (also the counts and lengths of flexible protocol versions)."""
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
