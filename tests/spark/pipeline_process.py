@@ -22,6 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.broker_process import BrokerProcess
+from tests.integration.helpers import create_topic
+
 BATCH = re.compile(r"^batch (\d+) (?:rows (\d+)|skipped)")
 
 
@@ -262,3 +265,25 @@ def averages_args(bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
     return ["--bootstrap-server", bootstrap, "--input", INPUT, "--output", OUTPUT,
             "--checkpoint", str(checkpoint), "--master", "local[2,4]",
             "--conf", "spark.driver.memory=768m", *extra]  # fmt: skip
+
+
+#: Seconds a pipeline run may take before a test gives up on it.
+RUN_TIMEOUT = 150
+
+
+@pytest.fixture
+def pbroker(broker_factory: type[BrokerProcess]) -> BrokerProcess:
+    """A broker with the pipeline's input (3 partitions) and output (2) topics."""
+    broker = broker_factory(overrides=BROKER_OVERRIDES).start()
+    create_topic(broker.bootstrap, INPUT, 3)
+    create_topic(broker.bootstrap, OUTPUT, 2)
+    return broker
+
+
+def run_to_end(started: list[PipelineProcess], args: list[str], log: Path) -> PipelineProcess:
+    """A run that processes everything available (--available-now) and exits 0."""
+    proc = run(started, [*args, "--available-now"], log)
+    code = proc.wait(RUN_TIMEOUT)
+    assert code == 0, proc.tail()
+    return proc
+

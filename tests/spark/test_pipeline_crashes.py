@@ -17,44 +17,30 @@ from typing import Any
 import pytest
 
 from tests.broker_process import BrokerProcess
-from tests.integration.helpers import create_topic
 from tests.spark.pipeline_check import (
     analyse_kafka,
     analyse_sqlite,
     assert_exactly_once,
 )
 from tests.spark.pipeline_process import (
-    BROKER_OVERRIDES,
     INPUT,
     OUTPUT,
+    RUN_TIMEOUT,
     PipelineProcess,
     averages_args,
     generate,
+    pbroker,
     pipelines,
     run,
+    run_to_end,
 )
 
-__all__ = ["pipelines"]  # the fixture
+__all__ = ["pbroker", "pipelines"]  # the fixtures
 
 pytestmark = pytest.mark.slow
 
-RUN_TIMEOUT = 150
 
 
-@pytest.fixture
-def pbroker(broker_factory: type[BrokerProcess]) -> BrokerProcess:
-    broker = broker_factory(overrides=BROKER_OVERRIDES).start()
-    create_topic(broker.bootstrap, INPUT, 3)
-    create_topic(broker.bootstrap, OUTPUT, 2)
-    return broker
-
-
-def run_to_end(started: list[PipelineProcess], args: list[str], log: Path) -> PipelineProcess:
-    """A restart that processes everything available and exits 0."""
-    proc = run(started, [*args, "--available-now"], log)
-    code = proc.wait(RUN_TIMEOUT)
-    assert code == 0, proc.tail()
-    return proc
 
 
 def killed_by_itself(proc: PipelineProcess, timeout: float = RUN_TIMEOUT) -> None:
