@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -105,12 +106,23 @@ def main(argv: list[str]) -> int:
         run.producers_done.set()
 
     signal.signal(signal.SIGTERM, finish)
+    threading.Thread(target=_orphan_watch, args=(run,), daemon=True).start()
     # The same name (hence the same transactional.id, which fences the killed instance) with
     # process labels of its own: generations count from 1000 x the spawn number.
     client = workload.IN_PROCESS[spec.role](spec.name, run)  # type: ignore[arg-type]
     client.generation = spec.generation_base
     client.work()
     return 0
+
+
+def _orphan_watch(run: WorkerRun) -> None:
+    """Finish when the parent is gone (it was killed, or its run broke): a worker never
+    outlives the run that started it."""
+    parent = os.getppid()
+    while not run.stop.wait(1.0):
+        if os.getppid() != parent:
+            run.stop.set()
+            run.producers_done.set()
 
 
 class ProcessClient(threading.Thread):
@@ -165,6 +177,16 @@ class ProcessClient(threading.Thread):
                 self._spawn()
             self._respawned.set()
             return f"started {self.base} spawn {self.spawns - 1}"
+
+    def kill(self) -> None:
+        """SIGKILL the worker if it still runs (cleanup of a run that ended early)."""
+        with self._lock:
+            self._finishing = True
+            if self.alive:
+                assert self.proc is not None
+                self.proc.kill()
+                self.proc.wait()
+            self._respawned.set()
 
     def finish(self) -> None:
         """Ask the worker to finish (SIGTERM); join() waits for its last operations."""

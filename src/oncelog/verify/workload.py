@@ -858,6 +858,7 @@ class Run:
         cfg.history.write_text("")
         writer = h.HistoryWriter.open(cfg.history)
         self.recorder = Recorder(writer, time.time())
+        clients: list[Client | ProcessClient] = []
         try:
             self.create_topic()
             clients = self.clients()
@@ -881,6 +882,9 @@ class Run:
                 raise RuntimeError("clients failed: " + "; ".join(failures))
             return self.recorder.stats
         finally:
+            for c in clients:  # a run cut short must not leave worker processes behind
+                if isinstance(c, ProcessClient):
+                    c.kill()
             writer.close()
             if self.broker is not None:
                 self.broker.stop()
