@@ -147,6 +147,21 @@ def classify(err: KafkaError | None) -> h.Phase:
     return "fail" if err.code() in DEFINITE_FAILURES else "info"
 
 
+def new_consumer(
+    bootstrap: str, group: str, isolation: str, client_id: str, **extra: Any
+) -> Consumer:
+    """A quiet confluent-kafka consumer that never auto-commits (every workload reader)."""
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "log_level": 0,
+        "group.id": group,
+        "enable.auto.commit": False,
+        "isolation.level": isolation,
+        "client.id": client_id,
+    }
+    return Consumer({**conf, **extra})
+
+
 class Client(threading.Thread):
     """A client thread; ``name`` prefixes its process ids, ``generation`` counts restarts."""
 
@@ -387,18 +402,14 @@ class AssignConsumer(Client):
         self.next_offsets: dict[int, int] = {}
 
     def make(self) -> Consumer:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.run_.bootstrap,
-                "log_level": 0,
-                "group.id": f"{self.run_.topic}-{self.process}",
-                "enable.auto.commit": False,
-                "isolation.level": self.isolation,
-                "auto.offset.reset": "earliest",
-                "client.id": self.process,
-            }
-        )
         topic = self.run_.topic
+        consumer = new_consumer(
+            self.run_.bootstrap,
+            f"{topic}-{self.process}",
+            self.isolation,
+            self.process,
+            **{"auto.offset.reset": "earliest"},
+        )
         if self.mode == "subscribe":
             consumer.subscribe([topic])
             return consumer
@@ -476,17 +487,12 @@ class Copier(TransactionalProducer):
     """
 
     def make_consumer(self) -> Consumer:
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.run_.bootstrap,
-                "log_level": 0,
-                "group.id": f"{self.run_.topic}-copiers",
-                "enable.auto.commit": False,
-                "isolation.level": "read_committed",
-                "auto.offset.reset": "earliest",
-                "session.timeout.ms": 10000,
-                "client.id": f"{self.process}-consumer",
-            }
+        consumer = new_consumer(
+            self.run_.bootstrap,
+            f"{self.run_.topic}-copiers",
+            "read_committed",
+            f"{self.process}-consumer",
+            **{"auto.offset.reset": "earliest", "session.timeout.ms": 10000},
         )
         consumer.subscribe([self.run_.topic])
         return consumer
@@ -520,16 +526,8 @@ class Copier(TransactionalProducer):
             self.abandoned.append(consumer)
 
     def probe(self, isolation: h.Isolation) -> Consumer:
-        return Consumer(
-            {
-                "bootstrap.servers": self.run_.bootstrap,
-                "log_level": 0,
-                "group.id": f"{self.run_.topic}-copiers",
-                "enable.auto.commit": False,
-                "isolation.level": isolation,
-                "client.id": f"{self.process}-probe",
-            }
-        )
+        group = f"{self.run_.topic}-copiers"
+        return new_consumer(self.run_.bootstrap, group, isolation, f"{self.process}-probe")
 
     def caught_up(self) -> bool:
         """Every input transaction is decided (LSO = high watermark on every partition) and no
@@ -732,15 +730,8 @@ class Run:
 
     def final_read(self, topic: str, partition: int) -> h.FinalRead:
         """Every record of one partition from offset 0, read_uncommitted, up to the high mark."""
-        consumer = Consumer(
-            {
-                "bootstrap.servers": self.bootstrap,
-                "log_level": 0,
-                "group.id": f"{self.topic}-final",
-                "enable.auto.commit": False,
-                "isolation.level": "read_uncommitted",
-                "client.id": f"final-{topic}-{partition}",
-            }
+        consumer = new_consumer(
+            self.bootstrap, f"{self.topic}-final", "read_uncommitted", f"final-{topic}-{partition}"
         )
         try:
             _, high = consumer.get_watermark_offsets(CkTopicPartition(topic, partition), timeout=30)
