@@ -1,4 +1,4 @@
-"""The seed 004 example (examples/eos_averages.py) stays exactly once through crashes.
+"""The exactly-once averages example (examples/eos_averages.py) stays exactly once through crashes.
 
 The loop is SIGKILLed at random points and restarted, and the broker is SIGKILLed once in the
 middle; afterwards the output, read with read_committed, must hold exactly one result per
