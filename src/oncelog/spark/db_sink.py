@@ -2,9 +2,9 @@
 
 Spark replays a micro-batch after a crash (the batch whose `commits/N` file is missing), with the
 same batch id and, for a deterministic query, the same rows. The sink makes that replay harmless
-the standard way to write Kafka→DB exactly once: the batch's rows and the batch id are written in ONE
-database transaction, and a batch id at or below the one stored for the query is skipped. So the
-database holds each batch's effect exactly once whatever Spark re-runs.
+as any exactly-once Kafka→DB writer does: the batch's rows and the batch id are written in ONE
+database transaction, and a batch id at or below the one stored for the query is skipped. So
+the database holds each batch's effect exactly once whatever Spark re-runs.
 
 Tables (created if missing):
 
