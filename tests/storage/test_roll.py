@@ -56,7 +56,7 @@ def test_roll_by_size_counts_the_whole_append(tmp_path: Path) -> None:
     plog = open_log(tmp_path, LogConfig(segment_bytes=3 * BATCH))
     append(plog, [b"x" * 10])
     append(plog, [b"x" * 10])
-    info = plog.append(validated(two), 0)  # 2 + 2 batches > 3: the pair goes to a new segment
+    info = plog.append(validated(two, client=False), 0)  # 2 + 2 > 3: the pair rolls
     assert (info.base_offset, info.last_offset) == (2, 3)
     assert [(s.base_offset, s.next_offset) for s in plog.segments] == [(0, 2), (2, 4)]
     plog.close()

@@ -50,7 +50,7 @@ def _recs(*deltas: int) -> bytes:
 def test_valid_batches_are_returned_with_positions(codec: Codec) -> None:
     a = make_batch([b"a", b"b", None], codec=codec)
     b = make_batch([b"c"], codec=codec)
-    result = validate_produce_records(a + b, MAX)
+    result = validate_produce_records(a + b, MAX, client=False)
     assert result.data == a + b
     assert [(pos, h.record_count) for pos, h in result.batches] == [(0, 3), (len(a), 1)]
     assert result.record_count == 4
@@ -118,8 +118,8 @@ def test_message_too_large_is_per_batch() -> None:
     assert validate_produce_records(batch, len(batch)).record_count == 1
     with pytest.raises(MessageTooLarge, match=f"batch of {len(batch)} bytes"):
         validate_produce_records(batch, len(batch) - 1)
-    # two batches that each fit are fine together
-    assert validate_produce_records(batch + batch, len(batch)).record_count == 2
+    # two batches that each fit are fine together (where several batches are allowed)
+    assert validate_produce_records(batch + batch, len(batch), client=False).record_count == 2
 
 
 def test_transactional_batch_with_producer_id_is_accepted() -> None:

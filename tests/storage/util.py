@@ -45,8 +45,9 @@ def make_batch(
     )
 
 
-def validated(data: bytes) -> ValidatedRecords:
-    return validate_produce_records(data, 1 << 30)
+def validated(data: bytes, *, client: bool = True) -> ValidatedRecords:
+    """`client=False`: several batches in one append, as the broker's own appends may."""
+    return validate_produce_records(data, 1 << 30, client=client)
 
 
 def append(

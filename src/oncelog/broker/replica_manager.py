@@ -173,10 +173,13 @@ class ReplicaManager:
         """Validate and append one partition's produce data; all or nothing.
 
         `coordinator`: the writer is a coordinator of this broker (Kafka's coordinator
-        origin), which verified the producer itself: no KIP-890 check, no sequence rules.
+        origin), which verified the producer itself: no KIP-890 check, no sequence rules,
+        and several batches are allowed (a client's data must be one batch).
         """
         plog = self.partition(tp)
-        validated = validate_produce_records(records, plog.config.max_message_bytes)
+        validated = validate_produce_records(
+            records, plog.config.max_message_bytes, client=not coordinator
+        )
         for _, header in validated.batches:
             if header.is_transactional and not coordinator:
                 self._verify_transactional(tp, header.producer_id, header.producer_epoch)

@@ -163,6 +163,7 @@ class TxnRuntime:
             by_partition.setdefault(partition_for(record[0], self.partitions), []).append(record)
         now = self.clock.wall_ms()
         for p, batch in by_partition.items():
-            self.replicas.append(TopicPartition(TXN_TOPIC, p), encode_batch(batch, now))
+            tp = TopicPartition(TXN_TOPIC, p)
+            self.replicas.append(tp, encode_batch(batch, now), coordinator=True)
             for record in batch:
                 self.coordinator.replay(record)

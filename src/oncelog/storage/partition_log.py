@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import itertools
 import logging
 import shutil
 from collections.abc import Callable
@@ -20,8 +21,9 @@ from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
-from oncelog.errors import OffsetOutOfRange
+from oncelog.errors import InvalidRecord, OffsetOutOfRange
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
+from oncelog.producer_state.entry import BatchMetadata
 from oncelog.producer_state.manager import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
     ProducerStateManager,
@@ -193,8 +195,9 @@ class PartitionLog:
         Without `check_sequence` (a coordinator writing for a producer) there is no duplicate
         detection and no sequence rule; epochs are still fenced.
 
-        1. A retried batch of an idempotent producer that matches one of its cached batches
-           is a duplicate: answer with the original offsets and write nothing.
+        1. A retry whose batches all match cached batches of their producers, stored one
+           after another, is a duplicate: answer with the original offsets, write nothing.
+           Duplicates mixed with other batches are refused whole (INVALID_RECORD).
         2. Offsets are assigned on a copy of the bytes and each producer's batches are
            checked against a staged copy of its state (epoch, sequence).
         3. The bytes are written; only then is the staged producer state applied.
@@ -246,27 +249,44 @@ class PartitionLog:
         return AppendInfo(base_offset, next_offset - 1, append_time, self.log_start_offset)
 
     def _find_duplicate(self, records: ValidatedRecords) -> AppendInfo | None:
+        """The answer to a retry, from the cached batches: every batch must be one.
+
+        An answer is one offset range for the whole request, so a request that is only
+        partly duplicates (or whose duplicates are not stored one after another) cannot be
+        answered truthfully: it is refused whole rather than acknowledged with batches left
+        unwritten. Client data is one batch (validator); this guards every other caller.
+        """
+        cached: list[BatchMetadata] = []
         for _, header in records.batches:
-            if header.has_producer_id:
-                cached = self.producer_state.find_duplicate(header)
-                if cached is not None:
-                    log.debug(
-                        "%s: duplicate batch of producer %d epoch %d seq %d-%d (offset %d)",
-                        self.tp,
-                        header.producer_id,
-                        header.producer_epoch,
-                        header.base_sequence,
-                        header.last_sequence,
-                        cached.first_offset,
-                    )
-                    return AppendInfo(
-                        cached.first_offset,
-                        cached.last_offset,
-                        -1,
-                        self.log_start_offset,
-                        duplicate=True,
-                    )
-        return None
+            found = self.producer_state.find_duplicate(header) if header.has_producer_id else None
+            if found is not None:
+                cached.append(found)
+        if not cached:
+            return None
+        first = records.batches[0][1]
+        if len(cached) < len(records.batches) or any(
+            b.first_offset != a.last_offset + 1 for a, b in itertools.pairwise(cached)
+        ):
+            raise InvalidRecord(
+                f"{self.tp}: {len(cached)} of {len(records.batches)} batches are duplicates of "
+                "batches not stored as one range; one answer cannot acknowledge them"
+            )
+        log.debug(
+            "%s: duplicate batch of producer %d epoch %d seq %d (offset %d, %d batches)",
+            self.tp,
+            first.producer_id,
+            first.producer_epoch,
+            first.base_sequence,
+            cached[0].first_offset,
+            len(cached),
+        )
+        return AppendInfo(
+            cached[0].first_offset,
+            cached[-1].last_offset,
+            -1,
+            self.log_start_offset,
+            duplicate=True,
+        )
 
     def rebuild_producer_state(self) -> None:
         """Load the newest usable producer snapshot and replay the batches after it.

@@ -2,9 +2,11 @@
 
 Checks each batch of one partition's produce data and either returns them all, ready to be
 offset-assigned, or raises the Kafka error for the first problem, so a partition never gets
-part of a request. Costs per batch: header parsing and a C CRC32C; records are walked only to
-check the count and offset deltas (uncompressed in place, compressed after a capped
-decompression).
+part of a request. A client's data must be exactly one batch, as Kafka's LogValidator
+requires of magic v2: a Produce answer has one base offset per partition, so several batches
+could not each be acknowledged for what happened to them. Costs per batch: header parsing and
+a C CRC32C; records are walked only to check the count and offset deltas (uncompressed in
+place, compressed after a capped decompression).
 """
 
 from __future__ import annotations
@@ -43,23 +45,39 @@ class ValidatedRecords:
     record_count: int
 
 
-def validate_produce_records(data: bytes, max_message_bytes: int) -> ValidatedRecords:
-    """Check every batch in `data`; raise the first error as a typed KafkaError."""
+def validate_produce_records(
+    data: bytes, max_message_bytes: int, *, client: bool = True
+) -> ValidatedRecords:
+    """Check every batch in `data`; raise the first error as a typed KafkaError.
+
+    `client`: the data came in a Produce request and must be one batch (INVALID_RECORD
+    otherwise, as Kafka). The broker's own appends (coordinator records) may carry several.
+    Errors come in Kafka's order: sizes and CRCs of all batches, then the batch count, then
+    each batch's contents.
+    """
     if not data:
         raise InvalidRecord("produce request has no record batches for the partition")
     batches: list[tuple[int, BatchHeader]] = []
     pos = 0
-    records = 0
     while pos < len(data):
         header = _checked_header(data, pos)
         if header.size > max_message_bytes:
             raise MessageTooLarge(
                 f"batch of {header.size} bytes exceeds max.message.bytes={max_message_bytes}"
             )
-        _check_batch(data, pos, header)
+        if compute_crc(data, pos, header.size) != header.crc:
+            raise CorruptMessage(f"CRC32C mismatch in batch at byte {pos}")
         batches.append((pos, header))
-        records += header.record_count
         pos += header.size
+    if client and len(batches) > 1:
+        raise InvalidRecord(
+            f"produce data for one partition holds {len(batches)} record batches; "
+            "a v2 MessageSet may not have more than one batch"
+        )
+    records = 0
+    for pos, header in batches:
+        _check_batch(data, pos, header)
+        records += header.record_count
     return ValidatedRecords(data, batches, records)
 
 
@@ -84,8 +102,7 @@ def _checked_header(data: bytes, pos: int) -> BatchHeader:
 
 
 def _check_batch(data: bytes, pos: int, header: BatchHeader) -> None:
-    if compute_crc(data, pos, header.size) != header.crc:
-        raise CorruptMessage(f"CRC32C mismatch in batch at byte {pos}")
+    """The contents of one batch whose size and CRC were checked."""
     if header.is_control:
         raise InvalidRecord("clients are not allowed to write control records")
     if header.is_transactional and not header.has_producer_id:
