@@ -1,32 +1,48 @@
 """`oncelog pipeline averages` (the Spark pipeline) and `oncelog pipeline generate` (its input).
 
 `generate` writes deterministic events so the expected result is computable from the arguments
-alone: event i has key `k{i % keys}`, value `(i * 37) % 101` and timestamp `start + i * step`.
-With `--transactional` the events go in transactions of `--txn-size`, and every `--abort-every`-th
-transaction is aborted, which leaves aborted data and control records in the input topic.
+alone: event i has key `k{i % keys}`, value `(i * 37) % 101`, timestamp `start + i * step` and
+the header `oncelog.index` = i. With `--transactional` the events go in transactions of
+`--txn-size`, and every `--abort-every`-th transaction is aborted, which leaves aborted data and
+control records in the input topic. With `--skip-existing` it first reads the topic
+(read_committed) and writes only the indices of its range that are not there yet, so a run
+repeated after a kill completes its input instead of writing it twice.
 
 `averages` prints one line per finished batch (`batch N rows R …`) on stdout, and stops cleanly
 on SIGTERM/SIGINT or, with `--available-now`, once everything available has been processed.
+
+This module imports no Spark: the base install (without the `[spark]` extra) runs every other
+command and `generate`, which needs only confluent-kafka. `averages` checks that PySpark, pyarrow
+and pandas import, then runs `oncelog.spark.command` (import-linter contract in pyproject.toml).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import signal
+import importlib
 import sys
-import threading
 import time
 from typing import Any
 
-from oncelog.spark.pipeline import SEMANTICS, PipelineConfig, ensure_topic, spark_session, start
+#: `oncelog.spark.pipeline.SEMANTICS`, repeated here so building the parser needs no Spark.
+SEMANTICS = ("exactly-once", "at-least-once")
+#: What `averages` needs beyond the base install (the `[spark]` extra).
+SPARK_MODULES = ("pyspark", "pyarrow", "pandas")
+#: Header carrying an event's index, which makes `generate --skip-existing` idempotent.
+INDEX_HEADER = "oncelog.index"
+SPARK_HINT = (
+    "oncelog pipeline averages needs PySpark ({missing} is not installed): "
+    "pip install 'oncelog[spark]', and Java 17+ to run Spark"
+)
 
 
 def add_parsers(sub: Any) -> None:
     pipeline = sub.add_parser("pipeline", help="the Spark averages pipeline and its test input")
     pipeline_sub = pipeline.add_subparsers(dest="action", required=True)
 
-    avg = pipeline_sub.add_parser("averages", help="per-key count/sum/avg, exactly once (Spark)")
+    avg = pipeline_sub.add_parser(
+        "averages", help="per-key count/sum/avg, exactly once (needs oncelog[spark], Java 17+)"
+    )
     avg.add_argument("--bootstrap-server", default="127.0.0.1:9092")
     avg.add_argument("--input", default="events", help="input topic")
     avg.add_argument("--output", default="averages", help="output topic (Kafka sink)")
@@ -69,6 +85,11 @@ def add_parsers(sub: Any) -> None:
     gen.add_argument("--count", type=int, required=True)
     gen.add_argument("--keys", type=int, default=5)
     gen.add_argument("--first", type=int, default=0, help="index of the first event")
+    gen.add_argument(
+        "--skip-existing",
+        action="store_true",
+        help="write only the indices of the range not yet in the topic (read_committed)",
+    )
     gen.add_argument("--partitions", type=int, default=3, help="if the topic is created")
     gen.add_argument("--start-ms", type=int, help="timestamp of event 0 (default: now)")
     gen.add_argument("--step-ms", type=int, default=10, help="timestamp step between events")
@@ -79,111 +100,94 @@ def add_parsers(sub: Any) -> None:
     gen.set_defaults(func=run_generate)
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise SystemExit(f"expected KEY=VALUE, got {item!r}")
-        out[key] = value
-    return out
-
-
-def config_of(args: argparse.Namespace) -> PipelineConfig:
-    sink_options = _pairs(args.option)
-    if args.testing_kill_in_commit is not None:
-        sink_options["oncelog.testing.killPidInCommit"] = (
-            f"{os.getpid()}:{args.testing_kill_in_commit}"
-        )
-    if args.testing_fail_task:
-        sink_options["oncelog.testing.failTaskAttempt0"] = args.testing_fail_task
-    return PipelineConfig(
-        bootstrap=args.bootstrap_server,
-        input_topic=args.input,
-        output_topic=args.output,
-        checkpoint=args.checkpoint,
-        sink=args.sink,
-        db=args.db,
-        window=args.window,
-        watermark=args.watermark,
-        semantics=args.semantics,
-        trigger_interval=args.trigger_interval,
-        available_now=args.available_now,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        starting_offsets=args.starting_offsets,
-        sink_id=args.sink_id,
-        sink_options=sink_options,
-        db_kill_hook=args.testing_kill_in_db,
-    )
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
-
-
-class ProgressPrinter:
-    """Prints one line per finished micro-batch from the query's recent progress.
-
-    Polled from the main loop rather than a StreamingQueryListener: listener events arrive
-    asynchronously and may come after the query has ended, so the last lines could be lost.
-    """
-
-    def __init__(self) -> None:
-        self.last = -1
-
-    def __call__(self, query: Any) -> None:
-        for p in query.recentProgress:
-            if p.batchId > self.last:
-                self.last = p.batchId
-                _say(f"batch {p.batchId} rows {p.numInputRows} ms {p.batchDuration}")
+def missing_spark_module() -> str | None:
+    """The first module of the `[spark]` extra that does not import, or None."""
+    for name in SPARK_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            return name
+    return None
 
 
 def run_averages(args: argparse.Namespace) -> int:
-    """Run until SIGTERM/SIGINT, or to the end with --available-now; 1 if the query failed."""
-    cfg = config_of(args)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
-    if cfg.sink == "kafka":
-        ensure_topic(cfg.bootstrap, cfg.output_topic, args.output_partitions)
-    conf = _pairs(args.conf)
-    spark = spark_session(args.master, conf)
-    try:
-        progress = ProgressPrinter()
+    """Run the Spark job; without the `[spark]` extra, one line saying what to install (2)."""
+    missing = missing_spark_module()
+    if missing is not None:
+        print(SPARK_HINT.format(missing=missing), file=sys.stderr)
+        return 2
+    from oncelog.spark import command  # the one import of Spark code from the CLI, lazy
 
-        def on_db_batch(batch_id: int, written: int | None) -> None:
-            if written is None:
-                _say(f"batch {batch_id} skipped (already in the database)")
-            else:
-                _say(f"batch {batch_id} rows {written} written")
+    return command.run_averages(args)
 
-        query = start(spark, cfg, on_db_batch)
-        _say(
-            f"pipeline running: {cfg.input_topic} -> "
-            f"{cfg.output_topic if cfg.sink == 'kafka' else cfg.db} ({cfg.semantics})"
-        )
-        while query.isActive and not stop.is_set():
-            query.awaitTermination(0.5)
-            if cfg.sink == "kafka":  # the database sink prints its own lines
-                progress(query)
-        if stop.is_set() and query.isActive:
-            _say("stopping")
-            query.stop()
-        if cfg.sink == "kafka":
-            progress(query)
-        error = query.exception()
-        if error is not None:
-            print(f"query failed: {error}", file=sys.stderr, flush=True)
-            return 1
-        _say("pipeline stopped")
-        return 0
-    finally:
-        spark.stop()
+
+def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
+    """Create `topic` unless it exists (so the one-command demo needs no manual step).
+
+    Asks CreateTopics directly: a metadata lookup of a missing topic may auto-create it with
+    the broker's default partition count. (`oncelog.spark.pipeline` has the same helper; this
+    one serves `generate`, which must run without Spark.)
+    """
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
+        try:
+            future.result(30)
+        except Exception as exc:
+            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
+                raise
 
 
 def event_of(i: int, keys: int) -> tuple[str, str]:
     """The deterministic event i: (key, value)."""
     return f"k{i % keys}", str((i * 37) % 101)
+
+
+def existing_indices(bootstrap: str, topic: str, first: int, end: int) -> set[int]:
+    """The event indices in [first, end) that `topic` already holds, read_committed.
+
+    Reads every partition to its end (the LSO) and collects the `oncelog.index` headers;
+    records without one (written before the header existed) count as nothing.
+    """
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "oncelog-pipeline-generate",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    found: set[int] = set()
+    try:
+        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending = set(partitions)
+        deadline = time.monotonic() + 300
+        while pending:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"generate: could not read topic {topic} to its end")
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                    continue
+                raise SystemExit(f"generate: reading {topic}: {error}")
+            headers = msg.headers() or []  # a consumer gets a list of (name, bytes) pairs
+            for name, value in headers.items() if isinstance(headers, dict) else headers:
+                if name == INDEX_HEADER and value is not None:
+                    index = int(value)
+                    if first <= index < end:
+                        found.add(index)
+    finally:
+        consumer.close()
+    return found
 
 
 def run_generate(args: argparse.Namespace) -> int:
@@ -198,20 +202,28 @@ def run_generate(args: argparse.Namespace) -> int:
         config["enable.idempotence"] = True
     producer = Producer(config)
     if args.transactional:
+        # Before reading the topic: this fences a killed instance and aborts its transaction,
+        # which would otherwise hold the read_committed end (the LSO) back.
         producer.init_transactions(30)
-    committed = aborted = 0
-    i = args.first
-    txn_no = 0
     end = args.first + args.count
-    while i < end:
-        batch = range(i, min(end, i + (args.txn_size if args.transactional else 10_000)))
-        txn_no += 1
+    there: set[int] = set()
+    if args.skip_existing:
+        there = existing_indices(args.bootstrap_server, args.topic, args.first, end)
+    todo = [i for i in range(args.first, end) if i not in there]
+    committed = aborted = 0
+    chunk = args.txn_size if args.transactional else 10_000
+    for txn_no, at in enumerate(range(0, len(todo), chunk), start=1):
+        batch = todo[at : at + chunk]
         if args.transactional:
             producer.begin_transaction()
         for j in batch:
             key, value = event_of(j, args.keys)
             producer.produce(
-                args.topic, key=key, value=value, timestamp=start_ms + j * args.step_ms
+                args.topic,
+                key=key,
+                value=value,
+                timestamp=start_ms + j * args.step_ms,
+                headers=[(INDEX_HEADER, str(j).encode())],
             )
             producer.poll(0)
         if not args.transactional:
@@ -226,9 +238,9 @@ def run_generate(args: argparse.Namespace) -> int:
         else:
             producer.commit_transaction(60)
             committed += len(batch)
-        i = batch.stop
+    skipped = f", {len(there)} already there" if args.skip_existing else ""
     print(
-        f"generated {committed} committed events, {aborted} aborted, "
+        f"generated {committed} committed events, {aborted} aborted{skipped}, "
         f"indices {args.first}..{end - 1}",
         flush=True,
     )
