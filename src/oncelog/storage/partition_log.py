@@ -366,20 +366,33 @@ class PartitionLog:
         )
         rewrite_offsets(batch, 0, offset, leader_epoch)
         self.active.append([batch], [(0, parse_header(batch, 0))])
+        if completed.aborted:
+            try:
+                self._index_abort(completed, closing=True)
+            except OSError:
+                # Kept without its index entry, the abort would be invisible to read_committed
+                # fetches: the marker goes too and the caller retries it.
+                self.active.truncate_to(offset)
+                raise
         self.producer_state.update(info)
         self.producer_state.map_end_offset = offset + 1
-        if completed.aborted:
-            self._index_abort(completed)
         return AppendInfo(offset, offset, -1, self.log_start_offset)
 
-    def _index_abort(self, txn: CompletedTxn) -> None:
+    def _index_abort(self, txn: CompletedTxn, *, closing: bool = False) -> None:
+        """Record an aborted transaction in `.txnindex`; `closing`: its marker was just
+        written and the producer state does not show the transaction closed yet."""
         index = self.segments[self._segment_index(txn.last_offset)].txn_index
         if any(
             t.producer_id == txn.producer_id and t.last_offset == txn.last_offset
             for t in index.entries
         ):
             return
-        first_unstable = self.producer_state.first_unstable_offset()
+        if closing:
+            ongoing = self.producer_state.ongoing_transactions()
+            ongoing.pop(txn.producer_id, None)
+            first_unstable = min(ongoing.values(), default=None)
+        else:
+            first_unstable = self.producer_state.first_unstable_offset()
         lso = txn.last_offset + 1 if first_unstable is None else first_unstable
         index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
 

@@ -166,7 +166,9 @@ class LogSegment:
         """Append offset-assigned batches given as buffers, in one vectored write.
 
         `headers` are (position relative to the first piece, header). A failed or short write
-        is cut off again, so the log never keeps part of an append.
+        is cut off again, and so is a whole write whose index entries fail (a full disk): the
+        caller answers an error, so the log must not keep a batch whose offsets the next append
+        would reuse.
         """
         start = self.size
         total = sum(len(p) for p in pieces)
@@ -179,10 +181,18 @@ class LogSegment:
         except OSError:
             os.ftruncate(self._fd, start)
             raise
+        saved = (self.max_timestamp, self._bytes_since_index)
+        try:
+            for rel, header in headers:
+                self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
+                self._maybe_index(header, start + rel)
+        except OSError:
+            os.ftruncate(self._fd, start)
+            self.index.truncate_to_position(start)
+            self.time_index.truncate_to_offset(headers[0][1].base_offset)
+            self.max_timestamp, self._bytes_since_index = saved
+            raise
         self.size += total
-        for rel, header in headers:
-            self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
-            self._maybe_index(header, start + rel)
         if self.first_batch_timestamp < 0 and headers:
             self.first_batch_timestamp = headers[0][1].max_timestamp
         self.next_offset = headers[-1][1].next_offset

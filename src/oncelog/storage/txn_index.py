@@ -44,14 +44,19 @@ class TransactionIndex:
                 self.entries.append(AbortedTxn(pid, first, last, lso))
 
     def append(self, txn: AbortedTxn) -> None:
+        """Add an entry; a failed or short write is cut off, so later entries stay aligned."""
         if self._fd < 0:
             self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        os.write(
-            self._fd,
-            ENTRY.pack(
-                VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
-            ),
+        size = os.fstat(self._fd).st_size
+        entry = ENTRY.pack(
+            VERSION, txn.producer_id, txn.first_offset, txn.last_offset, txn.last_stable_offset
         )
+        try:
+            if os.write(self._fd, entry) != len(entry):
+                raise OSError(f"short write to {self.path}")
+        except OSError:
+            os.ftruncate(self._fd, size)
+            raise
         self.entries.append(txn)
 
     def overlapping(self, fetch_offset: int, upper_offset: int) -> list[AbortedTxn]:
