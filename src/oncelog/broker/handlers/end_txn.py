@@ -1,5 +1,7 @@
-"""EndTxn (26): commit or abort. The answer comes once the decision is persisted, the
-markers are on every partition and the completion is persisted (all local here)."""
+"""EndTxn (26): commit or abort. The answer comes once the decision is persisted; the
+markers and the completion are written before it (all local here), except that a marker
+which cannot be written is retried by the coordinator's tick: the decision stands, as in
+Kafka, and the transaction stays Prepare* (new work gets CONCURRENT_TRANSACTIONS) until then."""
 
 from __future__ import annotations
 
