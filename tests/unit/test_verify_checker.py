@@ -28,7 +28,9 @@ from oncelog.verify.history import (
     Source,
     Txn,
     dumps,
+    fault_windows,
     read_history,
+    tally,
     write_history,
 )
 
@@ -551,3 +553,66 @@ def test_report_json(tmp_path: Path) -> None:
     assert data["counts"]["duplicate"] == 1
     assert set(data["counts"]) == set(FAILURES)
     assert data["examples"]["duplicate"][0]["details"]["offsets"] == [0, 1]
+    assert data["stats"]["operations"] == 1 and data["stats"]["acknowledged"] == 1
+    assert data["faults"] == []
+
+
+# -- counts and fault windows (one definition for the progress line, report and timeline) ----------
+
+
+def test_tally_counts_each_operation_once_and_only_committed_sends_as_acknowledged() -> None:
+    ops: list[Op] = [
+        Send("p", 1, "invoke", T, 0, "a"),
+        Send("p", 1, "ok", T, 0, "a", offset=0),
+        Send("p", 2, "invoke", T, 0, "b"),  # cut short: an operation, a send, no outcome
+        Send("p", 3, "fail", T, 0, "c", error="too large"),  # a completion without invocation
+        Send("q", 1, "ok", T, 0, "d", txn=7, offset=1),
+        Send("q", 2, "ok", T, 0, "e", txn=8, offset=2),
+        Txn("q", 3, "invoke", "commit", "tid", 7),
+        Txn("q", 3, "ok", "commit", "tid", 7),
+        Send("q", 4, "ok", T, 0, "f", txn=7, offset=3),  # acknowledged after its commit line
+        Txn("q", 5, "ok", "abort", "tid", 8),
+        Poll("c", 1, "invoke", "assign", "read_committed"),
+        Poll("c", 1, "ok", "assign", "read_committed", (Record(T, 0, 0, "a"),)),
+        Poll("c", 2, "info", "assign", "read_committed", error="timed out"),
+    ]
+    counts = tally(ops).counts()
+    assert counts == {
+        "operations": 10,
+        "sends": 6,
+        "acknowledged": 3,  # a, d, f; not e (aborted), b (no outcome), c (failed)
+        "failed": 1,
+        "indeterminate": 1,
+        "polls": 1,
+        "polled_records": 1,
+        "transactions": 2,
+        "committed": 1,
+        "faults": 0,
+        "final_reads": 0,
+    }
+    result = check(ops)
+    assert result.stats == counts
+    assert [a.kind for a in result.anomalies] == []  # no final read: nothing owed yet
+
+
+def test_fault_windows_one_per_start() -> None:
+    ops: list[Op] = [
+        Fault("kill", "end", "b", "stray heal", time=1.0),  # no start: ignored
+        Fault("kill", "start", "b", "SIGKILL", time=2.0),
+        Fault("pause", "start", "b", "SIGSTOP", time=2.5),
+        Fault("kill", "start", "b", "SIGKILL", time=3.0),  # again before the first healed
+        Fault("kill", "end", "b", "restarted", time=4.0),
+        Fault("pause", "end", "b", "SIGCONT", time=4.5),
+        Fault("kill", "end", "b", "restarted", time=5.0),
+        Fault("crash", "start", "p0", time=6.0),  # never healed
+    ]
+    windows = fault_windows(ops)
+    assert [(w.kind, w.start, w.end) for w in windows] == [
+        ("kill", 2.0, 4.0),
+        ("pause", 2.5, 4.5),
+        ("kill", 3.0, 5.0),
+        ("crash", 6.0, None),
+    ]
+    assert windows[0].heal_detail == "restarted"
+    result = check(ops)
+    assert result.stats["faults"] == len(windows) == len(result.to_json()["faults"])

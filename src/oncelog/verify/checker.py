@@ -39,7 +39,17 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.types import TopicPartition
-from oncelog.verify.history import FinalRead, Op, Poll, Record, Send, Txn
+from oncelog.verify.history import (
+    FaultWindow,
+    FinalRead,
+    Op,
+    Poll,
+    Record,
+    Send,
+    Txn,
+    fault_windows,
+    tally,
+)
 
 FAILURES: tuple[str, ...] = (
     "inconsistent-offsets",
@@ -68,6 +78,11 @@ class OpRef:
     type: str
     process: str | None = None
     index: int | None = None
+
+    def label(self) -> str:
+        """`send@12 p1#5`: the op type, its line in the history and its process and op index."""
+        who = "" if self.process is None else f" {self.process}#{self.index}"
+        return f"{self.type}@{self.position}{who}"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -100,10 +115,15 @@ class Anomaly:
 
 @dataclass(slots=True)
 class CheckResult:
-    """What the checker found: ``ok`` is False when any failure anomaly was found."""
+    """What the checker found: ``ok`` is False when any failure anomaly was found.
+
+    ``stats`` are the history's counts (``history.COUNTS``, from ``history.Tally``) and ``faults``
+    its fault windows: the summary, the JSON report and the timeline all show these.
+    """
 
     anomalies: list[Anomaly] = field(default_factory=list)
     stats: dict[str, int] = field(default_factory=dict)
+    faults: list[FaultWindow] = field(default_factory=list)
 
     @property
     def counts(self) -> dict[str, int]:
@@ -115,6 +135,11 @@ class CheckResult:
     @property
     def ok(self) -> bool:
         return not self.anomalies
+
+    @property
+    def verdict(self) -> str:
+        """The one-line verdict, worded the same on the terminal and on the timeline page."""
+        return "OK: no anomalies" if self.ok else f"FAIL: {len(self.anomalies)} anomalies"
 
     def of_kind(self, kind: str) -> list[Anomaly]:
         return [a for a in self.anomalies if a.kind == kind]
@@ -132,6 +157,7 @@ class CheckResult:
             "counts": self.counts,
             "allowed_not_checked": list(ALLOWED),
             "stats": self.stats,
+            "faults": [w.to_json() for w in self.faults],
             "examples": dict(examples),
         }
 
@@ -169,6 +195,7 @@ class _Index:
         self.finals: dict[TopicPartition, tuple[int, FinalRead]] = {}
         self.commit_invoked: dict[int, int] = {}
         self.txn_status: dict[int, str] = {}
+        self.tally = tally(ops)
         self._index(ops)
 
     def _index(self, ops: Sequence[Op]) -> None:
@@ -235,9 +262,8 @@ class _Index:
                 yield pos, final, r, final.isolation
 
     def acknowledged(self, send: Send) -> bool:
-        if send.phase != "ok":
-            return False
-        return send.txn is None or self.txn_status.get(send.txn) == "committed"
+        """The ``acknowledged`` count's definition (``history.Tally``): the writes owed."""
+        return self.tally.acknowledged(send)
 
 
 class Checker:
@@ -257,15 +283,8 @@ class Checker:
         self._check_polls(visible)
         self._check_sends()
         self._check_copies()
-        self.result.stats = {
-            "operations": len(self.ix.ops),
-            "sends": len(self.ix.completed_sends),
-            "acknowledged": sum(1 for _, s in self.ix.completed_sends if self.ix.acknowledged(s)),
-            "polls": len(self.ix.polls),
-            "final_reads": len(self.ix.finals),
-            "transactions": len(self.ix.txn_status),
-            "committed": sum(1 for s in self.ix.txn_status.values() if s == "committed"),
-        }
+        self.result.stats = self.ix.tally.counts()
+        self.result.faults = fault_windows(self.ix.ops)
         return self.result
 
     def _add(

@@ -24,11 +24,16 @@ Schema, version 1 (every line carries ``"v": 1`` and ``"type"``):
 
 Outcomes: ``ok`` succeeded, ``fail`` definitely did not happen, ``info`` is indeterminate (timeouts,
 network errors, NOT_LEADER_OR_FOLLOWER, an abort after a commit attempt).
+
+The counts of a history (``COUNTS``: operations, sends, acknowledged, faults, ...) are defined once,
+in ``Tally``, and fault windows once, in ``fault_windows``: the progress line of ``verify run``,
+the checker's report and the timeline page all use them, so they agree.
 """
 
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -350,3 +355,138 @@ def read_history(path: str | Path) -> list[Op]:
     """All operations of a history file, in the order they were written."""
     with Path(path).open(encoding="utf-8", errors="replace") as f:
         return list(parse_lines(f))
+
+
+# Every count of a history, in display order: the name used by the progress line, the summary,
+# the JSON report ("stats") and the timeline page alike, and what it counts.
+COUNTS: dict[str, str] = {
+    "operations": "client operations (sends, transaction begin/commit/abort, polls), each counted"
+    " once: at its invocation, or at its completion when no invocation was recorded",
+    "sends": "send operations (acknowledged or not)",
+    "acknowledged": "sends completed ok whose transaction, if they had one, committed",
+    "failed": "operations that definitely did not happen (outcome fail)",
+    "indeterminate": "operations with an unknown outcome (info: timeouts, transport errors)",
+    "polls": "polls that returned (outcome ok)",
+    "polled_records": "records those polls returned",
+    "transactions": "transactions (distinct transaction ids)",
+    "committed": "transactions whose commit succeeded",
+    "faults": "fault windows: faults injected, healed or not",
+    "final_reads": "partitions read in full after the faults healed",
+}
+
+
+class Tally:
+    """The counts of a history (``COUNTS``), kept up to date operation by operation.
+
+    Why one class: ``verify run`` feeds it while recording (its progress line), the checker and
+    the timeline feed it the history read back, so the three outputs cannot count differently.
+    A transactional send is acknowledged once both its ``ok`` and its transaction's commit ``ok``
+    were added, in either order.
+    """
+
+    def __init__(self) -> None:
+        self._n = dict.fromkeys(COUNTS, 0)
+        self._open: set[tuple[str, str, int]] = set()  # invoked, not yet completed
+        self._txns: set[int] = set()
+        self._committed: set[int] = set()
+        self._ok_by_txn: dict[int, int] = defaultdict(int)  # ok sends of uncommitted txns
+
+    def add(self, op: Op) -> None:
+        n = self._n
+        if isinstance(op, Fault):
+            n["faults"] += op.phase == "start"
+            return
+        if isinstance(op, FinalRead):
+            n["final_reads"] += 1
+            return
+        key = (type(op).__name__, op.process, op.index)
+        if op.phase == "invoke":
+            self._open.add(key)
+            first = True
+        else:
+            first = key not in self._open
+            self._open.discard(key)
+        n["operations"] += first
+        n["failed"] += op.phase == "fail"
+        n["indeterminate"] += op.phase == "info"
+        if isinstance(op, Poll):
+            if op.phase == "ok":
+                n["polls"] += 1
+                n["polled_records"] += len(op.records)
+            return
+        self._txn(op.txn)
+        if isinstance(op, Send):
+            n["sends"] += first
+            if op.phase == "ok":
+                if op.txn is None or op.txn in self._committed:
+                    n["acknowledged"] += 1
+                else:
+                    self._ok_by_txn[op.txn] += 1
+        elif op.action == "commit" and op.phase == "ok" and op.txn not in self._committed:
+            self._committed.add(op.txn)
+            n["committed"] += 1
+            n["acknowledged"] += self._ok_by_txn.pop(op.txn, 0)
+
+    def _txn(self, txn: int | None) -> None:
+        if txn is not None and txn not in self._txns:
+            self._txns.add(txn)
+            self._n["transactions"] += 1
+
+    def acknowledged(self, send: Send) -> bool:
+        """Whether this send completion is counted as acknowledged (by the ops added so far)."""
+        return send.phase == "ok" and (send.txn is None or send.txn in self._committed)
+
+    def counts(self) -> dict[str, int]:
+        """A copy of every count, in ``COUNTS`` order."""
+        return dict(self._n)
+
+
+def tally(ops: Iterable[Op]) -> Tally:
+    """The tally of a whole history."""
+    t = Tally()
+    for op in ops:
+        t.add(op)
+    return t
+
+
+@dataclass(frozen=True, slots=True)
+class FaultWindow:
+    """One fault from its start to its end (``None``: never healed); times as in the history."""
+
+    kind: str
+    target: str
+    start: float
+    end: float | None
+    detail: str | None = None
+    heal_detail: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "target": self.target,
+            "start": self.start,
+            "end": self.end,
+            "detail": self.detail,
+            "heal_detail": self.heal_detail,
+        }
+
+
+def fault_windows(ops: Iterable[Op]) -> list[FaultWindow]:
+    """One window per fault start (the ``faults`` count), ended by the next end of the same kind
+    and target; an end without a start is ignored. Ordered by start."""
+    open_: dict[tuple[str, str], list[Fault]] = defaultdict(list)
+    out: list[FaultWindow] = []
+    for op in ops:
+        if not isinstance(op, Fault):
+            continue
+        key = (op.kind, op.target)
+        if op.phase == "start":
+            open_[key].append(op)
+        elif open_[key]:
+            s = open_[key].pop(0)
+            out.append(FaultWindow(s.kind, s.target, s.time, op.time, s.detail, op.detail))
+    out += [
+        FaultWindow(s.kind, s.target, s.time, None, s.detail) for f in open_.values() for s in f
+    ]
+    out.sort(key=lambda w: w.start)
+    return out
