@@ -1,13 +1,19 @@
-"""The timeline picture of a history: throughput, errors and faults over time, as one HTML page.
+"""The timeline page of a history: verdict, anomalies and counts, then throughput, errors and faults
+over time, as one HTML page.
 
 Why HTML with an inline SVG: it needs nothing but the standard library to write and a browser to
 look at, has no external assets (a report can be mailed or archived as one file), and its text
 (fault labels, axis values) stays searchable.
 
-Per second of the history: acknowledged sends (``send`` ``ok``), polled records (records of
-``poll`` ``ok``), definite failures (``fail``) and indeterminate outcomes (``info``) of sends,
-transactions and polls; faults are shaded bands from their ``start`` to their ``end`` (to the end
-of the history when never healed), labelled with their kind.
+The page opens with what a reader looks for first: the verdict (worded as on the terminal) and the
+anomaly table, then the history's counts (``history.COUNTS``, the same numbers under the same names
+as the progress line and the JSON report), then the charts, then the numbered fault windows.
+
+Per second of the history: acknowledged sends (by the time of their ``ok``; a transactional send
+only when its transaction committed), polled records, and failed (``fail``) and indeterminate
+(``info``) outcomes of sends, transactions and polls; each series adds up to its count. Faults are
+shaded bands from their start to their end (to the end of the history when never healed), labelled
+``#n kind``; labels that would overlap are stacked in lanes.
 """
 
 from __future__ import annotations
@@ -17,26 +23,53 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from oncelog.verify.history import Fault, FinalRead, Op, Poll, Send, Txn
+from oncelog.verify.checker import ALLOWED, Anomaly, CheckResult, check
+from oncelog.verify.history import COUNTS, Fault, FinalRead, Op, Poll, Send, tally
 
-WIDTH, PLOT_H, GAP, LEFT, RIGHT, TOP = 960, 180, 40, 60, 20, 30
+WIDTH, PLOT_H, GAP, LEFT, RIGHT = 960, 180, 40, 60, 20
+LANE_H, LABEL_TOP = 14, 6  # one lane of fault labels, and the margin above the first
+CHAR_W, LABEL_PAD = 7.0, 6.0  # a generous width per character of the 11px labels, and spacing
+LEGEND_STEP = 300
 FAULT_COLOURS = {"kill": "#f4a6a6", "pause": "#a6c8f4", "crash": "#f4d9a6"}
 OTHER_FAULT = "#d9d9d9"
+STYLE = (
+    "body{font-family:sans-serif;margin:1em 2em}table{border-collapse:collapse;margin:.5em 0}"
+    "td,th{border:1px solid #ccc;padding:2px 8px;text-align:left}td.n{text-align:right}"
+    "tr.hit td{background:#fde0e0;font-weight:bold}.verdict{font-size:1.6em;font-weight:bold}"
+    ".ok{color:#1a7f37}.fail{color:#c62828}"
+)
 
 
 @dataclass(frozen=True, slots=True)
 class Band:
-    """One fault window, in seconds from the start of the history."""
+    """One fault window, numbered in start order, in seconds from the start of the history."""
 
+    number: int
     kind: str
     target: str
     start: float
     end: float
+    detail: str | None = None
+    heal_detail: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"#{self.number} {self.kind}"
+
+
+@dataclass(frozen=True, slots=True)
+class Label:
+    """Where a band's label goes: its left edge and width in pixels, and its lane (row)."""
+
+    band: Band
+    x: float
+    width: float
+    lane: int
 
 
 @dataclass(frozen=True, slots=True)
 class Series:
-    """Counts per second of one quantity."""
+    """Counts per second of one of the history's counts (``name`` is its ``COUNTS`` key)."""
 
     name: str
     colour: str
@@ -53,90 +86,182 @@ class Timeline:
     bands: list[Band]
 
 
-def build(ops: list[Op]) -> Timeline:
-    """Bucket a history into seconds from its first timed operation (final reads excluded)."""
+def build(ops: list[Op], result: CheckResult | None = None) -> Timeline:
+    """Bucket a history into seconds from its first timed operation (final reads excluded);
+    operations without a time count in the first second, so every series adds up to its count."""
+    if result is None:
+        result = check(ops)
+    counted = tally(ops)  # whose transactions committed, for the acknowledged series
     timed = [op for op in ops if not isinstance(op, FinalRead) and op.time > 0]
     t0 = min((op.time for op in timed), default=0.0)
     t1 = max((op.time for op in timed), default=0.0)
     seconds = max(1, math.ceil(t1 - t0) + 1)
-    sends, polled, fails, infos = ([0] * seconds for _ in range(4))
-    open_faults: dict[tuple[str, str], float] = {}
-    bands: list[Band] = []
-    for op in timed:
-        at = op.time - t0
-        i = min(seconds - 1, int(at))
-        if isinstance(op, Fault):
-            key = (op.kind, op.target)
-            if op.phase == "start":
-                open_faults[key] = at
-            elif key in open_faults:
-                bands.append(Band(op.kind, op.target, open_faults.pop(key), at))
+    acked, polled, failed, infos = ([0] * seconds for _ in range(4))
+    for op in ops:
+        if isinstance(op, Fault | FinalRead):
             continue
-        if isinstance(op, Send | Txn | Poll):
-            if op.phase == "fail":
-                fails[i] += 1
-            elif op.phase == "info":
-                infos[i] += 1
-            elif op.phase == "ok":
-                if isinstance(op, Send):
-                    sends[i] += 1
-                elif isinstance(op, Poll):
-                    polled[i] += len(op.records)
-    bands += [Band(k, t, start, t1 - t0) for (k, t), start in open_faults.items()]
-    bands.sort(key=lambda b: b.start)
+        i = max(0, min(seconds - 1, int(op.time - t0)))
+        if op.phase == "fail":
+            failed[i] += 1
+        elif op.phase == "info":
+            infos[i] += 1
+        elif isinstance(op, Send) and counted.acknowledged(op):
+            acked[i] += 1
+        elif isinstance(op, Poll) and op.phase == "ok":
+            polled[i] += len(op.records)
+    bands = [
+        Band(
+            n,
+            w.kind,
+            w.target,
+            max(0.0, w.start - t0),
+            max(0.0, (t1 if w.end is None else w.end) - t0),
+            w.detail,
+            w.heal_detail,
+        )
+        for n, w in enumerate(result.faults, start=1)
+    ]
     return Timeline(
         seconds,
-        [
-            Series("acknowledged sends/s", "#1f77b4", sends),
-            Series("polled records/s", "#2ca02c", polled),
-        ],
-        [Series("failures/s", "#d62728", fails), Series("indeterminate/s", "#ff7f0e", infos)],
+        [Series("acknowledged", "#1f77b4", acked), Series("polled_records", "#2ca02c", polled)],
+        [Series("failed", "#d62728", failed), Series("indeterminate", "#ff7f0e", infos)],
         bands,
     )
 
 
-def render(ops: list[Op], title: str = "oncelog verify timeline") -> str:
-    """A self-contained HTML page (inline SVG, no scripts, no external assets)."""
-    tl = build(ops)
+def fault_labels(bands: list[Band], x_scale: float) -> list[Label]:
+    """Place each band's label just right of the band's left edge (kept inside the picture), in
+    the first lane it clears, and that every lane below it clears too (so the line from the label
+    down to its band crosses no label): close fault windows get stacked labels."""
+    lane_ends: list[float] = []
+    out: list[Label] = []
+    for b in sorted(bands, key=lambda b: (b.start, b.number)):
+        width = len(b.label) * CHAR_W
+        x = min(LEFT + b.start * x_scale + 2, WIDTH - RIGHT - width)
+        lane = next(
+            (
+                i
+                for i in range(len(lane_ends))
+                if all(end + LABEL_PAD <= x for end in lane_ends[i:])
+            ),
+            len(lane_ends),
+        )
+        if lane == len(lane_ends):
+            lane_ends.append(x + width)
+        else:
+            lane_ends[lane] = x + width
+        out.append(Label(b, x, width, lane))
+    return out
+
+
+def render(
+    ops: list[Op], title: str = "oncelog verify timeline", result: CheckResult | None = None
+) -> str:
+    """A self-contained HTML page (inline CSS and SVG, no scripts, no external assets)."""
+    if result is None:
+        result = check(ops)
+    tl = build(ops, result)
+    return (
+        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
+        f"<title>{escape(title)}</title><style>{STYLE}</style></head><body>\n"
+        f"<h1>{escape(title)}</h1>\n"
+        f'<p class="verdict {"ok" if result.ok else "fail"}">{escape(result.verdict)}</p>\n'
+        + _anomaly_table(result)
+        + _counts_table(result.stats)
+        + "<h2>Timeline</h2>\n"
+        + _svg(tl)
+        + "\n<h2>Faults</h2>\n"
+        + _fault_table(tl.bands)
+        + "</body></html>\n"
+    )
+
+
+def _anomaly_table(result: CheckResult) -> str:
+    """Every anomaly kind with its count and the first example, as the terminal summary."""
+    first: dict[str, Anomaly] = {}
+    for a in reversed(result.anomalies):
+        first[a.kind] = a
+    rows = []
+    for kind, n in result.counts.items():
+        example = ""
+        if kind in first:
+            a = first[kind]
+            proof = ", ".join(o.label() for o in a.ops)
+            example = escape(f"{a.topic}-{a.partition}: {a.details} by {proof}")
+        hit = ' class="hit"' if n else ""
+        rows.append(
+            f'<tr{hit}><td>{escape(kind)}</td><td class="n">{n}</td><td>{example}</td></tr>'
+        )
+    return (
+        '<h2>Anomalies</h2>\n<table class="anomalies"><tr><th>anomaly</th><th>count</th>'
+        "<th>first example</th></tr>\n" + "\n".join(rows) + "</table>\n"
+        f"<p>Allowed by Kafka's design, not checked: {escape(', '.join(ALLOWED))}.</p>\n"
+    )
+
+
+def _counts_table(stats: dict[str, int]) -> str:
+    rows = "\n".join(
+        f'<tr><td>{escape(name)}</td><td class="n">{stats.get(name, 0)}</td>'
+        f"<td>{escape(meaning)}</td></tr>"
+        for name, meaning in COUNTS.items()
+    )
+    return (
+        '<h2>Counts</h2>\n<table class="counts"><tr><th>count</th><th>value</th>'
+        f"<th>what it counts</th></tr>\n{rows}</table>\n"
+    )
+
+
+def _fault_table(bands: list[Band]) -> str:
+    if not bands:
+        return "<p>none</p>\n"
+    rows = "\n".join(
+        f"<tr><td>#{b.number}</td><td>{escape(b.kind)}</td><td>{escape(b.target)}</td>"
+        f'<td class="n">{b.start:.1f}s</td><td class="n">{b.end:.1f}s</td>'
+        f"<td>{escape(b.detail or '')}</td><td>{escape(b.heal_detail or '')}</td></tr>"
+        for b in bands
+    )
+    return (
+        '<table class="faults"><tr><th>#</th><th>fault</th><th>target</th><th>from</th>'
+        f"<th>to</th><th>detail</th><th>healed</th></tr>\n{rows}</table>\n"
+    )
+
+
+def _svg(tl: Timeline) -> str:
     plot_w = WIDTH - LEFT - RIGHT
-    height = TOP + 2 * PLOT_H + GAP + 40
     x_scale = plot_w / tl.seconds
+    labels = fault_labels(tl.bands, x_scale)
+    lanes = max((lb.lane + 1 for lb in labels), default=0)
+    top = LABEL_TOP + lanes * LANE_H + 8
+    height = top + 2 * PLOT_H + GAP + 24
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">',
         f'<rect width="{WIDTH}" height="{height}" fill="white"/>',
     ]
-    for b in tl.bands:
+    for lb in labels:
+        b = lb.band
         x = LEFT + b.start * x_scale
         w = max(1.0, (b.end - b.start) * x_scale)
         colour = FAULT_COLOURS.get(b.kind, OTHER_FAULT)
-        label = escape(b.kind)
+        baseline = LABEL_TOP + lb.lane * LANE_H + 10
         parts.append(
-            f'<g class="fault"><title>{label} {escape(b.target)} '
+            f'<g class="fault"><title>{escape(b.label)} {escape(b.target)} '
             f"{b.start:.1f}s-{b.end:.1f}s</title>"
-            f'<rect x="{x:.1f}" y="{TOP}" width="{w:.1f}" height="{2 * PLOT_H + GAP}" '
+            f'<rect x="{x:.1f}" y="{top}" width="{w:.1f}" height="{2 * PLOT_H + GAP}" '
             f'fill="{colour}" fill-opacity="0.5"/>'
-            f'<text x="{x + 2:.1f}" y="{TOP - 4}" fill="#444">{label}</text></g>'
+            f'<line x1="{x:.1f}" y1="{baseline + 2}" x2="{x:.1f}" y2="{top}" stroke="#999"/>'
+            f'<text x="{lb.x:.1f}" y="{baseline}" fill="#444" data-lane="{lb.lane}">'
+            f"{escape(b.label)}</text></g>"
         )
     for panel, series in enumerate((tl.throughput, tl.errors)):
-        top = TOP + panel * (PLOT_H + GAP)
-        parts.append(_panel(series, top, plot_w, x_scale))
-    bottom = TOP + 2 * PLOT_H + GAP
+        parts.append(_panel(series, top + panel * (PLOT_H + GAP), plot_w, x_scale))
+    bottom = top + 2 * PLOT_H + GAP
     step = max(1, math.ceil(tl.seconds / 20))
     for s in range(0, tl.seconds + 1, step):
         x = LEFT + s * x_scale
         parts.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{s}s</text>')
     parts.append("</svg>")
-    faults = "".join(
-        f"<li>{escape(b.kind)} {escape(b.target)}: {b.start:.1f}s to {b.end:.1f}s</li>"
-        for b in tl.bands
-    )
-    return (
-        '<!DOCTYPE html>\n<html><head><meta charset="utf-8">'
-        f"<title>{escape(title)}</title></head><body>\n<h1>{escape(title)}</h1>\n"
-        + "\n".join(parts)
-        + f"\n<h2>Faults</h2><ul>{faults or '<li>none</li>'}</ul>\n</body></html>\n"
-    )
+    return "\n".join(parts)
 
 
 def _panel(series: list[Series], top: int, plot_w: int, x_scale: float) -> str:
@@ -155,15 +280,21 @@ def _panel(series: list[Series], top: int, plot_w: int, x_scale: float) -> str:
         )
         out.append(
             f'<polyline class="series" fill="none" stroke="{s.colour}" stroke-width="1.5" '
-            f'points="{points}"><title>{escape(s.name)}</title></polyline>'
+            f'points="{points}"><title>{escape(s.name)} per second</title></polyline>'
         )
         out.append(
-            f'<text x="{LEFT + 8 + n * 200}" y="{top + 14}" fill="{s.colour}">{escape(s.name)}'
+            f'<text x="{LEFT + 8 + n * LEGEND_STEP}" y="{top + 14}" fill="{s.colour}" '
+            f'data-count="{escape(s.name)}">{escape(s.name)} per second'
             f" (total {sum(s.counts)})</text>"
         )
     return "\n".join(out)
 
 
-def write_timeline(ops: list[Op], path: str | Path, title: str = "oncelog verify timeline") -> None:
-    """Write the timeline page of a history."""
-    Path(path).write_text(render(ops, title), encoding="utf-8")
+def write_timeline(
+    ops: list[Op],
+    path: str | Path,
+    title: str = "oncelog verify timeline",
+    result: CheckResult | None = None,
+) -> None:
+    """Write the timeline page of a history (checking it unless its result is given)."""
+    Path(path).write_text(render(ops, title, result), encoding="utf-8")
