@@ -1,19 +1,24 @@
 """Broker and topic configuration with Kafka's names and defaults.
 
 A `server.properties` file is read first; `--override key=value` flags (and the `--listen` /
-`--data-dir` shortcuts) win over it. Unknown keys are kept, so a Kafka properties file loads
-unchanged, and reported by DescribeConfigs as static broker config.
+`--data-dir` shortcuts) win over it. Every known key is checked at start-up against Kafka's
+bounds (its ConfigDef validators), so a bad value stops the broker before it touches the disk
+instead of failing every CreateTopics later. Unknown keys are kept, so a Kafka properties
+file loads unchanged, and each is named in one warning, as Kafka does.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
 
 from oncelog.errors import InvalidConfig
+
+log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
@@ -29,13 +34,17 @@ class ConfigType(Enum):
 
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
-    """One configuration key: its type, Kafka default and (for broker keys) topic synonym."""
+    """One configuration key: its type, Kafka default, (for broker keys) topic synonym and
+    Kafka's validator: `at_least` (ConfigDef.Range.atLeast) or `one_of` (ValidString /
+    ValidList.in), so a value Kafka refuses is refused here too."""
 
     name: str
     type: ConfigType
     default: str | None
     topic_name: str | None = None
     doc: str = ""
+    at_least: int | None = None
+    one_of: tuple[str, ...] | None = None
 
 
 def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
@@ -43,67 +52,84 @@ def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
 
 
 C = ConfigType
+# Kafka's ValidString / ValidList choices (TopicConfig, BrokerCompressionType).
+TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+CLEANUP_POLICIES = ("compact", "delete")
+COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
-    ConfigDef("node.id", C.INT, "1", doc="Id of this broker."),
+    ConfigDef("node.id", C.INT, "1", at_least=0, doc="Id of this broker."),
     ConfigDef("listeners", C.LIST, "PLAINTEXT://127.0.0.1:9092"),
     ConfigDef("advertised.listeners", C.LIST, None, doc="Defaults to listeners."),
     ConfigDef("log.dirs", C.LIST, None, doc="Defaults to log.dir."),
     ConfigDef("log.dir", C.STRING, "./oncelog-data"),
-    ConfigDef("num.partitions", C.INT, "1"),
+    ConfigDef("num.partitions", C.INT, "1", at_least=1),
     ConfigDef("default.replication.factor", C.INT, "1"),
     ConfigDef("auto.create.topics.enable", C.BOOLEAN, "true"),
     ConfigDef("delete.topic.enable", C.BOOLEAN, "true"),
-    ConfigDef("log.segment.bytes", C.INT, "1073741824", "segment.bytes"),
-    ConfigDef("log.roll.ms", C.LONG, None, "segment.ms"),
-    ConfigDef("log.roll.hours", C.INT, "168"),
+    ConfigDef("log.segment.bytes", C.INT, "1073741824", "segment.bytes", at_least=14),
+    ConfigDef("log.roll.ms", C.LONG, None, "segment.ms", at_least=1),
+    ConfigDef("log.roll.hours", C.INT, "168", at_least=1),
     ConfigDef("log.retention.ms", C.LONG, None, "retention.ms"),
     ConfigDef("log.retention.minutes", C.INT, None),
     ConfigDef("log.retention.hours", C.INT, "168"),
     ConfigDef("log.retention.bytes", C.LONG, "-1", "retention.bytes"),
-    ConfigDef("log.retention.check.interval.ms", C.LONG, "300000"),
-    ConfigDef("log.flush.interval.messages", C.LONG, str(LONG_MAX), "flush.messages"),
-    ConfigDef("log.flush.interval.ms", C.LONG, None, "flush.ms"),
+    ConfigDef("log.retention.check.interval.ms", C.LONG, "300000", at_least=1),
+    ConfigDef("log.flush.interval.messages", C.LONG, str(LONG_MAX), "flush.messages", at_least=1),
+    ConfigDef("log.flush.interval.ms", C.LONG, None, "flush.ms", at_least=0),
     ConfigDef("log.flush.scheduler.interval.ms", C.LONG, str(LONG_MAX)),
-    ConfigDef("log.index.interval.bytes", C.INT, "4096", "index.interval.bytes"),
-    ConfigDef("log.index.size.max.bytes", C.INT, "10485760", "segment.index.bytes"),
-    ConfigDef("log.cleanup.policy", C.LIST, "delete", "cleanup.policy"),
-    ConfigDef("log.message.timestamp.type", C.STRING, "CreateTime", "message.timestamp.type"),
-    ConfigDef("log.segment.delete.delay.ms", C.LONG, "60000", "file.delete.delay.ms"),
-    ConfigDef("message.max.bytes", C.INT, "1048588", "max.message.bytes"),
-    ConfigDef("min.insync.replicas", C.INT, "1", "min.insync.replicas"),
-    ConfigDef("compression.type", C.STRING, "producer", "compression.type"),
-    ConfigDef("socket.request.max.bytes", C.INT, "104857600"),
-    ConfigDef("queued.max.requests", C.INT, "500"),
-    ConfigDef("num.network.threads", C.INT, "3"),
-    ConfigDef("num.io.threads", C.INT, "8"),
-    ConfigDef("fetch.max.bytes", C.INT, "57671680"),
-    ConfigDef("replica.fetch.max.bytes", C.INT, "1048576"),
+    ConfigDef("log.index.interval.bytes", C.INT, "4096", "index.interval.bytes", at_least=0),
+    ConfigDef("log.index.size.max.bytes", C.INT, "10485760", "segment.index.bytes", at_least=4),
+    ConfigDef("log.cleanup.policy", C.LIST, "delete", "cleanup.policy", one_of=CLEANUP_POLICIES),
+    ConfigDef(
+        "log.message.timestamp.type",
+        C.STRING,
+        "CreateTime",
+        "message.timestamp.type",
+        one_of=TIMESTAMP_TYPES,
+    ),
+    ConfigDef("log.segment.delete.delay.ms", C.LONG, "60000", "file.delete.delay.ms", at_least=0),
+    ConfigDef("message.max.bytes", C.INT, "1048588", "max.message.bytes", at_least=0),
+    ConfigDef("min.insync.replicas", C.INT, "1", "min.insync.replicas", at_least=1),
+    ConfigDef(
+        "compression.type", C.STRING, "producer", "compression.type", one_of=COMPRESSION_TYPES
+    ),
+    ConfigDef("socket.request.max.bytes", C.INT, "104857600", at_least=1),
+    ConfigDef("queued.max.requests", C.INT, "500", at_least=1),
+    ConfigDef("num.network.threads", C.INT, "3", at_least=1),
+    ConfigDef("num.io.threads", C.INT, "8", at_least=1),
+    ConfigDef("fetch.max.bytes", C.INT, "57671680", at_least=1024),
+    ConfigDef("replica.fetch.max.bytes", C.INT, "1048576", at_least=0),
     ConfigDef("group.initial.rebalance.delay.ms", C.INT, "3000"),
     ConfigDef("group.min.session.timeout.ms", C.INT, "6000"),
     ConfigDef("group.max.session.timeout.ms", C.INT, "1800000"),
     ConfigDef("offset.metadata.max.bytes", C.INT, "4096"),
-    ConfigDef("producer.id.expiration.ms", C.INT, "86400000"),
-    ConfigDef("producer.id.expiration.check.interval.ms", C.INT, "600000"),
+    ConfigDef("producer.id.expiration.ms", C.INT, "86400000", at_least=1),
+    ConfigDef("producer.id.expiration.check.interval.ms", C.INT, "600000", at_least=1),
     ConfigDef(
         "producer.state.max.entries",
         C.INT,
         "500000",
+        at_least=1,
         doc="oncelog: cap on (partition, producer) entries; least recently used evicted.",
     ),
-    ConfigDef("offsets.topic.num.partitions", C.INT, "50"),
-    ConfigDef("offsets.retention.minutes", C.INT, "10080"),
-    ConfigDef("offsets.retention.check.interval.ms", C.INT, "600000"),
-    ConfigDef("offsets.topic.replication.factor", C.INT, "1"),
-    ConfigDef("transaction.state.log.num.partitions", C.INT, "50"),
-    ConfigDef("transaction.state.log.replication.factor", C.INT, "1"),
-    ConfigDef("transaction.state.log.min.isr", C.INT, "1"),
-    ConfigDef("transaction.max.timeout.ms", C.INT, "900000"),
-    ConfigDef("transactional.id.expiration.ms", C.INT, "604800000"),
-    ConfigDef("transaction.abort.timed.out.transaction.cleanup.interval.ms", C.INT, "10000"),
+    ConfigDef("offsets.topic.num.partitions", C.INT, "50", at_least=1),
+    ConfigDef("offsets.retention.minutes", C.INT, "10080", at_least=1),
+    ConfigDef("offsets.retention.check.interval.ms", C.INT, "600000", at_least=1),
+    ConfigDef("offsets.topic.replication.factor", C.INT, "1", at_least=1),
+    ConfigDef("transaction.state.log.num.partitions", C.INT, "50", at_least=1),
+    ConfigDef("transaction.state.log.replication.factor", C.INT, "1", at_least=1),
+    ConfigDef("transaction.state.log.min.isr", C.INT, "1", at_least=1),
+    ConfigDef("transaction.max.timeout.ms", C.INT, "900000", at_least=1),
+    ConfigDef("transactional.id.expiration.ms", C.INT, "604800000", at_least=1),
+    ConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", C.INT, "10000", at_least=1
+    ),
     ConfigDef(
         "oncelog.testing.offsets.retention.ms",
         C.INT,
         "-1",
+        at_least=-1,
         doc=(
             "TESTING ONLY: when >= 0, the offset retention in milliseconds instead of "
             "offsets.retention.minutes, so tests need not wait a minute."
@@ -121,9 +147,26 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
 )
 
+# Kafka broker keys of its sample server.properties that mean nothing to one oncelog node
+# (KRaft roles, inter-broker listeners, socket buffers, recovery threads): accepted, checked
+# with Kafka's bounds and ignored, so that file loads without "isn't a known config" warnings.
+KAFKA_UNUSED_CONFIGS: dict[str, ConfigDef] = _defs(
+    ConfigDef("process.roles", C.LIST, "", one_of=("broker", "controller")),
+    ConfigDef("controller.quorum.voters", C.LIST, ""),
+    ConfigDef("controller.quorum.bootstrap.servers", C.LIST, ""),
+    ConfigDef("controller.listener.names", C.STRING, None),
+    ConfigDef("inter.broker.listener.name", C.STRING, None),
+    ConfigDef("listener.security.protocol.map", C.STRING, None),
+    ConfigDef("socket.send.buffer.bytes", C.INT, "102400"),
+    ConfigDef("socket.receive.buffer.bytes", C.INT, "102400"),
+    ConfigDef("num.recovery.threads.per.data.dir", C.INT, "1", at_least=1),
+    ConfigDef("share.coordinator.state.topic.replication.factor", C.INT, "3", at_least=1),
+    ConfigDef("share.coordinator.state.topic.min.isr", C.INT, "2", at_least=1),
+)
+
 # Topic-level keys that have no broker-level synonym with a different name.
 TOPIC_ONLY_CONFIGS: dict[str, ConfigDef] = _defs(
-    ConfigDef("message.timestamp.difference.max.ms", C.LONG, str(LONG_MAX)),
+    ConfigDef("message.timestamp.difference.max.ms", C.LONG, str(LONG_MAX), at_least=0),
     ConfigDef("unclean.leader.election.enable", C.BOOLEAN, "false"),
     ConfigDef("preallocate", C.BOOLEAN, "false"),
 )
@@ -134,7 +177,8 @@ _INT_RE = re.compile(r"[+-]?[0-9]+")
 
 
 def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
-    """Parse one raw string value; raise InvalidConfig with the key's name on nonsense."""
+    """Parse one raw string value and apply the key's Kafka validator; raise InvalidConfig
+    naming the key, the value and the bound (Kafka's ConfigException wording)."""
     text = raw.strip()
     try:
         if d.type in (ConfigType.INT, ConfigType.LONG):
@@ -146,14 +190,29 @@ def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
             limit = INT_MAX if d.type is ConfigType.INT else LONG_MAX
             if not -limit - 1 <= value <= limit:
                 raise ValueError(text)
+            if d.at_least is not None and value < d.at_least:
+                raise _invalid(d, text, f"Value must be at least {d.at_least}")
             return value
         if d.type is ConfigType.BOOLEAN:
             return _BOOL[text.lower()]
     except (ValueError, KeyError) as exc:
         raise InvalidConfig(f"Invalid value {raw!r} for configuration {d.name}") from exc
     if d.type is ConfigType.LIST:
-        return [item.strip() for item in text.split(",") if item.strip()]
+        items = [item.strip() for item in text.split(",") if item.strip()]
+        for item in items:
+            _check_choice(d, item)
+        return items
+    _check_choice(d, text)
     return text
+
+
+def _check_choice(d: ConfigDef, value: str) -> None:
+    if d.one_of is not None and value not in d.one_of:
+        raise _invalid(d, value, f"String must be one of: {', '.join(d.one_of)}")
+
+
+def _invalid(d: ConfigDef, value: str, why: str) -> InvalidConfig:
+    return InvalidConfig(f"Invalid value {value} for configuration {d.name}: {why}")
 
 
 def read_properties(path: Path) -> dict[str, str]:
@@ -199,11 +258,22 @@ class BrokerConfig:
     raw: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        """Check every known key now, so a bad value stops the broker before it starts."""
         for key, value in self.raw.items():
-            d = BROKER_CONFIGS.get(key)
+            d = BROKER_CONFIGS.get(key) or KAFKA_UNUSED_CONFIGS.get(key)
             if d is not None:
                 parse_value(d, value)
         self.listener  # noqa: B018 - validate eagerly
+        self._retention_ms()
+
+    def unknown_keys(self) -> list[str]:
+        """Keys neither oncelog nor the Kafka keys it ignores know: most likely typos."""
+        return [k for k in self.raw if k not in BROKER_CONFIGS and k not in KAFKA_UNUSED_CONFIGS]
+
+    def warn_unknown(self) -> None:
+        """One warning per unknown key, in Kafka's words (AbstractConfig.logUnused)."""
+        for key in self.unknown_keys():
+            log.warning("The configuration '%s' was supplied but isn't a known config.", key)
 
     def get(self, name: str) -> int | bool | str | list[str] | None:
         d = BROKER_CONFIGS[name]
@@ -296,13 +366,17 @@ class BrokerConfig:
 
     def _retention_ms(self) -> int:
         """Kafka's precedence ms > minutes > hours; any negative value means unlimited, -1
-        (not e.g. -60000 for minutes=-1)."""
+        (not e.g. -60000 for minutes=-1); 0 is refused, as KafkaConfig.validateValues does."""
         if self.is_set("log.retention.ms"):
-            ms = self.get_int("log.retention.ms")
+            key, ms = "log.retention.ms", self.get_int("log.retention.ms")
         elif self.is_set("log.retention.minutes"):
-            ms = self.get_int("log.retention.minutes") * 60_000
+            key, ms = "log.retention.minutes", self.get_int("log.retention.minutes") * 60_000
         else:
-            ms = self.get_int("log.retention.hours") * 3_600_000
+            key, ms = "log.retention.hours", self.get_int("log.retention.hours") * 3_600_000
+        if ms == 0:
+            raise _invalid(
+                BROKER_CONFIGS[key], "0", "Value must be unlimited (-1) or at least 1 ms"
+            )
         return -1 if ms < 0 else ms
 
     @classmethod
@@ -316,11 +390,17 @@ class BrokerConfig:
         return cls(raw)
 
 
+# Topic keys with the bounds of Kafka's LogConfig; a broker key's synonym keeps its bound
+# (the broker bound is never looser, so broker defaults always make a valid topic config).
 TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
-    **{d.topic_name: d for d in BROKER_CONFIGS.values() if d.topic_name is not None},
-    "segment.ms": ConfigDef("segment.ms", C.LONG, None),
-    "retention.ms": ConfigDef("retention.ms", C.LONG, None),
-    "flush.ms": ConfigDef("flush.ms", C.LONG, None),
+    **{
+        d.topic_name: replace(d, name=d.topic_name, topic_name=None)
+        for d in BROKER_CONFIGS.values()
+        if d.topic_name is not None
+    },
+    "segment.ms": ConfigDef("segment.ms", C.LONG, None, at_least=1),
+    "retention.ms": ConfigDef("retention.ms", C.LONG, None, at_least=-1),
+    "flush.ms": ConfigDef("flush.ms", C.LONG, None, at_least=0),
     **TOPIC_ONLY_CONFIGS,
 }
 
@@ -353,8 +433,6 @@ class LogConfig:
         policy = parsed.get("cleanup.policy", ["delete"])
         assert isinstance(policy, list)
         ts_type = str(parsed.get("message.timestamp.type", "CreateTime"))
-        if ts_type not in ("CreateTime", "LogAppendTime"):
-            raise InvalidConfig(f"Invalid value {ts_type!r} for message.timestamp.type")
 
         base = cls()
 
@@ -378,10 +456,6 @@ class LogConfig:
             cleanup_policy=tuple(policy),
             file_delete_delay_ms=num("file.delete.delay.ms"),
         )
-        if config.segment_bytes < 14:
-            raise InvalidConfig("segment.bytes must be at least 14")
-        if config.max_message_bytes < 0:
-            raise InvalidConfig("max.message.bytes must be non-negative")
         return config
 
 

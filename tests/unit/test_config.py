@@ -7,7 +7,9 @@ from pathlib import Path
 import pytest
 
 from oncelog.config import (
+    BROKER_CONFIGS,
     LONG_MAX,
+    TOPIC_CONFIG_DEFS,
     BrokerConfig,
     Listener,
     LogConfig,
@@ -126,7 +128,6 @@ def test_kafka_defaults() -> None:
         ({"log.retention.minutes": "5"}, 300_000),
         ({"log.retention.minutes": "5", "log.retention.hours": "1"}, 300_000),
         ({"log.retention.ms": "7", "log.retention.minutes": "5"}, 7),
-        ({"log.retention.ms": "0"}, 0),
         ({"log.retention.hours": "-1"}, -1),
         ({"log.retention.minutes": "-1"}, -1),
         ({"log.retention.ms": "-1", "log.retention.hours": "5"}, -1),
@@ -189,9 +190,9 @@ def test_invalid_value_message_names_the_key(tmp_path: Path) -> None:
 
 def test_numbers_and_booleans_as_java_reads_them() -> None:
     config = BrokerConfig(
-        {"num.partitions": " +7 ", "auto.create.topics.enable": "FALSE", "node.id": "-1"}
+        {"num.partitions": " +7 ", "auto.create.topics.enable": "FALSE", "node.id": "-0"}
     )
-    assert (config.num_partitions, config.auto_create_topics, config.node_id) == (7, False, -1)
+    assert (config.num_partitions, config.auto_create_topics, config.node_id) == (7, False, 0)
     assert BrokerConfig({"log.retention.ms": str(2**63 - 1)}).topic_defaults()[
         "retention.ms"
     ] == str(2**63 - 1)
@@ -241,3 +242,189 @@ def test_validate_topic_name() -> None:
     for bad in ("", ".", "..", "x" * 250, "a b", "a/b", "ü"):
         with pytest.raises(InvalidTopic):
             validate_topic_name(bad)
+
+
+# Kafka's ConfigDef bounds (KafkaConfig, LogConfig, ServerLogConfigs, SocketServerConfigs,
+# GroupCoordinatorConfig, TransactionLogConfig, TransactionStateManagerConfig): the first
+# value is refused, the second (the bound) accepted.
+BROKER_BOUNDS = [
+    ("log.segment.bytes", "13", "14"),
+    ("num.partitions", "0", "1"),
+    ("message.max.bytes", "-1", "0"),
+    ("min.insync.replicas", "0", "1"),
+    ("log.index.size.max.bytes", "3", "4"),
+    ("log.index.interval.bytes", "-1", "0"),
+    ("log.roll.ms", "0", "1"),
+    ("log.roll.hours", "0", "1"),
+    ("log.retention.check.interval.ms", "0", "1"),
+    ("log.flush.interval.messages", "0", "1"),
+    ("log.flush.interval.ms", "-1", "0"),
+    ("log.segment.delete.delay.ms", "-1", "0"),
+    ("queued.max.requests", "0", "1"),
+    ("socket.request.max.bytes", "0", "1"),
+    ("num.network.threads", "0", "1"),
+    ("num.io.threads", "0", "1"),
+    ("fetch.max.bytes", "1023", "1024"),
+    ("replica.fetch.max.bytes", "-1", "0"),
+    ("node.id", "-1", "0"),
+    ("transaction.max.timeout.ms", "0", "1"),
+    ("transactional.id.expiration.ms", "0", "1"),
+    ("transaction.abort.timed.out.transaction.cleanup.interval.ms", "0", "1"),
+    ("transaction.state.log.num.partitions", "0", "1"),
+    ("transaction.state.log.replication.factor", "0", "1"),
+    ("transaction.state.log.min.isr", "0", "1"),
+    ("offsets.topic.num.partitions", "0", "1"),
+    ("offsets.topic.replication.factor", "0", "1"),
+    ("offsets.retention.minutes", "0", "1"),
+    ("offsets.retention.check.interval.ms", "0", "1"),
+    ("producer.id.expiration.ms", "0", "1"),
+    ("producer.id.expiration.check.interval.ms", "0", "1"),
+    ("producer.state.max.entries", "0", "1"),
+    ("oncelog.testing.offsets.retention.ms", "-2", "-1"),
+    ("num.recovery.threads.per.data.dir", "0", "1"),  # a Kafka key oncelog ignores
+    ("log.message.timestamp.type", "createtime", "LogAppendTime"),
+    ("log.cleanup.policy", "delete,shrink", "compact,delete"),
+    ("compression.type", "none", "uncompressed"),
+    ("process.roles", "broker,observer", "broker,controller"),
+]
+
+
+@pytest.mark.parametrize(("key", "bad", "good"), BROKER_BOUNDS)
+def test_broker_bounds_are_kafkas(key: str, bad: str, good: str) -> None:
+    with pytest.raises(InvalidConfig) as info:
+        BrokerConfig({key: bad})
+    message = str(info.value)
+    refused = bad.rsplit(",", maxsplit=1)[-1]  # a list names its first refused item
+    assert message.startswith(f"Invalid value {refused} for configuration {key}: ")
+    assert ("at least" in message) or ("one of" in message)
+    BrokerConfig({key: good})
+
+
+def test_bound_message_names_key_value_and_bound() -> None:
+    with pytest.raises(InvalidConfig) as info:
+        BrokerConfig({"log.segment.bytes": "-5"})
+    assert str(info.value) == (
+        "Invalid value -5 for configuration log.segment.bytes: Value must be at least 14"
+    )
+
+
+@pytest.mark.parametrize(
+    "key", ["log.retention.ms", "log.retention.minutes", "log.retention.hours"]
+)
+def test_retention_zero_is_refused_negative_is_unlimited(key: str) -> None:
+    """KafkaConfig: log.retention.ms must be unlimited (-1) or at least 1 (any negative
+    value is read as -1)."""
+    with pytest.raises(InvalidConfig, match=f"Invalid value 0 for configuration {key}: "):
+        BrokerConfig({key: "0"})
+    assert BrokerConfig({key: "-7"}).topic_defaults()["retention.ms"] == "-1"
+
+
+def test_every_broker_default_is_within_its_bounds() -> None:
+    """The defaults pass the validators, and the broker's topic defaults always make a valid
+    topic config (else every CreateTopics would fail)."""
+    config = BrokerConfig({d.name: d.default for d in BROKER_CONFIGS.values() if d.default})
+    validate_topic_configs(config.topic_defaults())
+    for key, _bad, good in BROKER_BOUNDS:
+        if key in BROKER_CONFIGS and BROKER_CONFIGS[key].topic_name is not None:
+            validate_topic_configs(BrokerConfig({key: good}).topic_defaults())
+
+
+def test_broker_bound_is_never_looser_than_its_topic_synonym() -> None:
+    for d in BROKER_CONFIGS.values():
+        if d.topic_name is None or d.name in ("log.retention.ms", "log.roll.ms"):
+            continue  # those two derive the topic value; checked by their own tests
+        topic = TOPIC_CONFIG_DEFS[d.topic_name]
+        assert topic.name == d.topic_name
+        assert (d.at_least, d.one_of) == (topic.at_least, topic.one_of), d.name
+
+
+@pytest.mark.parametrize(
+    ("key", "bad", "bound"),
+    [
+        ("segment.bytes", "13", "Value must be at least 14"),
+        ("segment.ms", "0", "Value must be at least 1"),
+        ("segment.index.bytes", "3", "Value must be at least 4"),
+        ("retention.ms", "-2", "Value must be at least -1"),
+        ("flush.messages", "0", "Value must be at least 1"),
+        ("flush.ms", "-1", "Value must be at least 0"),
+        ("index.interval.bytes", "-1", "Value must be at least 0"),
+        ("max.message.bytes", "-1", "Value must be at least 0"),
+        ("min.insync.replicas", "0", "Value must be at least 1"),
+        ("file.delete.delay.ms", "-1", "Value must be at least 0"),
+        ("message.timestamp.difference.max.ms", "-1", "Value must be at least 0"),
+        ("message.timestamp.type", "Wall", "String must be one of: CreateTime, LogAppendTime"),
+        ("cleanup.policy", "shrink", "String must be one of: compact, delete"),
+        ("compression.type", "brotli", "String must be one of: uncompressed, zstd, lz4"),
+    ],
+)
+def test_topic_bounds_name_the_topic_key(key: str, bad: str, bound: str) -> None:
+    """CreateTopics/AlterConfigs overrides get LogConfig's bounds, named by the topic key."""
+    with pytest.raises(InvalidConfig) as info:
+        validate_topic_configs({key: bad})
+    assert str(info.value).startswith(f"Invalid value {bad} for configuration {key}: {bound}")
+    assert info.value.code == 40  # INVALID_CONFIG
+
+
+def test_retention_ms_zero_is_a_valid_topic_override() -> None:
+    """Only the broker refuses 0 (KafkaConfig); LogConfig's retention.ms is atLeast(-1)."""
+    assert validate_topic_configs({"retention.ms": "0"}) == {"retention.ms": "0"}
+
+
+def test_unknown_keys_get_one_warning_each(caplog: pytest.LogCaptureFixture) -> None:
+    config = BrokerConfig(
+        {
+            "log.segmnt.bytes": "1",
+            "num.partitions": "3",
+            "retention.ms": "5",  # a topic key is not a broker config, in Kafka either
+            "socket.send.buffer.bytes": "102400",  # Kafka's, ignored by oncelog: no warning
+            "oncelog.testing.crash.after.prepare": "false",
+        }
+    )
+    assert config.unknown_keys() == ["log.segmnt.bytes", "retention.ms"]
+    with caplog.at_level("WARNING", logger="oncelog.config"):
+        config.warn_unknown()
+    assert [r.getMessage() for r in caplog.records] == [
+        "The configuration 'log.segmnt.bytes' was supplied but isn't a known config.",
+        "The configuration 'retention.ms' was supplied but isn't a known config.",
+    ]
+    assert all(r.levelname == "WARNING" for r in caplog.records)
+
+
+def test_kafkas_sample_server_properties_loads_without_warnings(tmp_path: Path) -> None:
+    """Every key of Kafka's config/kraft/server.properties is known (used or ignored)."""
+    path = tmp_path / "server.properties"
+    path.write_text(
+        "process.roles=broker,controller\nnode.id=1\n"
+        "controller.quorum.voters=1@localhost:9093\n"
+        "listeners=PLAINTEXT://:9092,CONTROLLER://:9093\ninter.broker.listener.name=PLAINTEXT\n"
+        "advertised.listeners=PLAINTEXT://localhost:9092,CONTROLLER://localhost:9093\n"
+        "controller.listener.names=CONTROLLER\n"
+        "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT\n"
+        "num.network.threads=3\nnum.io.threads=8\nsocket.send.buffer.bytes=102400\n"
+        "socket.receive.buffer.bytes=102400\nsocket.request.max.bytes=104857600\n"
+        "log.dirs=/tmp/kraft-combined-logs\nnum.partitions=1\n"
+        "num.recovery.threads.per.data.dir=1\noffsets.topic.replication.factor=1\n"
+        "transaction.state.log.replication.factor=1\ntransaction.state.log.min.isr=1\n"
+        "share.coordinator.state.topic.replication.factor=1\n"
+        "share.coordinator.state.topic.min.isr=1\nlog.retention.hours=168\n"
+        "log.segment.bytes=1073741824\nlog.retention.check.interval.ms=300000\n"
+    )
+    assert BrokerConfig.load(path).unknown_keys() == []
+
+
+def test_every_key_the_broker_reads_is_known() -> None:
+    """config.get() raises KeyError for a key not in BROKER_CONFIGS; the keys the code reads
+    (grep get_int/get) must stay known, oncelog's own included."""
+    import re
+    import subprocess
+
+    src = Path(__file__).resolve().parents[2] / "src" / "oncelog"
+    text = subprocess.run(
+        ["grep", "-rhoE", r"config\.get(_int)?\(\s*\"[a-z.]+\"", str(src)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    keys = set(re.findall(r"\"([a-z.]+)\"", text))
+    assert "producer.state.max.entries" in keys and "oncelog.testing.crash.after.prepare" in keys
+    assert keys <= set(BROKER_CONFIGS), keys - set(BROKER_CONFIGS)
