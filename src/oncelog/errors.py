@@ -10,7 +10,18 @@ from typing import ClassVar
 
 from kio.schema.errors import ErrorCode
 
-__all__ = ["ErrorCode", "KafkaError"]
+__all__ = ["ErrorCode", "KafkaError", "error_name"]
+
+
+def error_name(code: int) -> str:
+    """Kafka's name for an error code, with the number: `TRANSACTIONAL_ID_NOT_FOUND (105)`.
+
+    What the tools print wherever a broker answered an error, so nobody has to look it up.
+    """
+    try:
+        return f"{ErrorCode(code).name.upper()} ({code})"
+    except ValueError:
+        return f"UNKNOWN_ERROR_CODE ({code})"
 
 
 class KafkaError(Exception):

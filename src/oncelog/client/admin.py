@@ -11,6 +11,7 @@ from typing import Any
 from oncelog.client import describe_transactions
 from oncelog.client.connection import ClientError, Connection, parse_bootstrap
 from oncelog.client.describe_transactions import TransactionState
+from oncelog.errors import error_name
 from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
 METADATA, LIST_OFFSETS, FIND_COORDINATOR = 3, 2, 10
@@ -29,12 +30,22 @@ class ProducerInfo:
     txn_start_offset: int
 
 
+@dataclass(frozen=True, slots=True)
+class TransactionListing:
+    transactional_id: str
+    #: The broker that answered ListTransactions: the transaction's coordinator.
+    coordinator_id: int
+    producer_id: int
+    transaction_state: str
+
+
 class Admin:
     def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
         self.timeout = timeout
         self._bootstrap = Connection(*parse_bootstrap(bootstrap), timeout=timeout)
         self._nodes: dict[int, tuple[str, int]] = {}
         self._conns: dict[int, Connection] = {}
+        self._coordinators: dict[tuple[str, int], int] = {}
         self.leaders: dict[TopicPartition, int] = {}
         self.refresh_metadata()
 
@@ -88,14 +99,22 @@ class Admin:
             out[leader][tp.topic].append(tp.partition)
         return out
 
-    def coordinator(self, key: str, key_type: int) -> Connection:
+    def coordinator_id(self, key: str, key_type: int) -> int:
+        """The node coordinating a group (key_type 0) or transactional id (1)."""
+        cached = self._coordinators.get((key, key_type))
+        if cached is not None:
+            return cached
         body = {"key": key, "key_type": key_type, "coordinator_keys": [key]}
         response = self._bootstrap.call(FIND_COORDINATOR, (1, 4), body)
         entry = response.coordinators[0] if hasattr(response, "coordinators") else response
         if int(entry.error_code) != 0:
-            raise ClientError(f"no coordinator for {key!r}: error {int(entry.error_code)}")
+            raise ClientError(f"no coordinator for {key!r}: {error_name(int(entry.error_code))}")
         self._nodes.setdefault(entry.node_id, (entry.host, entry.port))
-        return self.node(entry.node_id)
+        self._coordinators[(key, key_type)] = int(entry.node_id)
+        return int(entry.node_id)
+
+    def coordinator(self, key: str, key_type: int) -> Connection:
+        return self.node(self.coordinator_id(key, key_type))
 
     # -- requests ----------------------------------------------------------------------------
 
@@ -108,7 +127,8 @@ class Admin:
                 for p in topic.partitions:
                     if int(p.error_code) != 0:
                         raise ClientError(
-                            f"{topic.name}-{p.partition_index}: error {int(p.error_code)}"
+                            f"cannot describe the producers of {topic.name}-{p.partition_index}: "
+                            f"{error_name(int(p.error_code))}"
                         )
                     tp = TopicPartition(topic.name, p.partition_index)
                     out.extend(
@@ -127,15 +147,26 @@ class Admin:
 
     def list_transactions(
         self, states: list[str] | None = None, pids: list[int] | None = None
-    ) -> list[Any]:
+    ) -> list[TransactionListing]:
         body = {
             "state_filters": states or [],
             "producer_id_filters": pids or [],
             "duration_filter": -1,
         }
-        out: list[Any] = []
-        for conn in self.all_nodes():
-            out.extend(conn.call(LIST_TRANSACTIONS, (0, 1), body).transaction_states)
+        out: list[TransactionListing] = []
+        for node_id in sorted(self._nodes):
+            response = self.node(node_id).call(LIST_TRANSACTIONS, (0, 1), body)
+            if int(response.error_code) != 0:
+                raise ClientError(
+                    f"broker {node_id} cannot list transactions: "
+                    f"{error_name(int(response.error_code))}"
+                )
+            out.extend(
+                TransactionListing(
+                    t.transactional_id, node_id, int(t.producer_id), t.transaction_state
+                )
+                for t in response.transaction_states
+            )
         return out
 
     def describe_transaction(self, txn_id: str) -> TransactionState:
@@ -145,7 +176,11 @@ class Admin:
         return describe_transactions.decode(frame, pos)[0]
 
     def abort(self, producer: ProducerInfo) -> int:
-        """Write an ABORT marker for `producer`'s open transaction on its partition."""
+        """Write an ABORT marker for `producer`'s open transaction on its partition.
+
+        A producer that never had a marker written reports coordinator epoch -1; like Kafka's
+        tool we send 0 then, which is not above any epoch a real coordinator could have used.
+        """
         body = {
             "markers": [
                 {
@@ -155,7 +190,7 @@ class Admin:
                     "topics": [
                         {"name": producer.tp.topic, "partition_indexes": [producer.tp.partition]}
                     ],
-                    "coordinator_epoch": producer.coordinator_epoch,
+                    "coordinator_epoch": max(producer.coordinator_epoch, 0),
                 }
             ]
         }
@@ -166,8 +201,10 @@ class Admin:
     def latest_offsets(
         self, tps: list[TopicPartition], read_committed: bool
     ) -> dict[TopicPartition, int]:
+        """End offsets (the LSO when `read_committed`); partitions without one are left out."""
         out: dict[TopicPartition, int] = {}
-        for leader, topics in self.by_leader(tps).items():
+        led = [tp for tp in tps if self.leaders.get(tp, -1) >= 0]
+        for leader, topics in self.by_leader(led).items():
             body = {
                 "replica_id": -1,
                 "isolation_level": READ_COMMITTED if read_committed else READ_UNCOMMITTED,
@@ -185,5 +222,6 @@ class Admin:
             response = self.node(leader).call(LIST_OFFSETS, (2, 7), body)
             for topic in response.topics:
                 for p in topic.partitions:
-                    out[TopicPartition(topic.name, p.partition_index)] = p.offset
+                    if int(p.error_code) == 0:
+                        out[TopicPartition(topic.name, p.partition_index)] = p.offset
         return out
