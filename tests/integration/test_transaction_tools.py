@@ -18,7 +18,7 @@ OVERRIDES = {
 }
 
 
-def oncelog(broker: BrokerProcess, *args: str) -> str:
+def run(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "oncelog", *args, "-b", broker.bootstrap],
         capture_output=True,
@@ -26,8 +26,19 @@ def oncelog(broker: BrokerProcess, *args: str) -> str:
         timeout=60,
         check=False,
     )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result
+
+
+def oncelog(broker: BrokerProcess, *args: str) -> str:
+    result = run(broker, *args)
     assert result.returncode == 0, result.stderr
     return result.stdout
+
+
+def rows(out: str) -> list[list[str]]:
+    """The data rows of an aligned table (Kafka's layout), split into cells."""
+    return [line.split() for line in out.splitlines()[1:]]
 
 
 def committed_values(broker: BrokerProcess) -> list[bytes]:
@@ -68,11 +79,18 @@ os._exit(9)
 
     assert committed_values(broker) == []  # the open transaction pins the LSO at 0
     listing = oncelog(broker, "transactions", "list")
-    assert "stuck-1\t0\tOngoing" in listing
+    assert listing.split()[:4] == [
+        "TransactionalId",
+        "Coordinator",
+        "ProducerId",
+        "TransactionState",
+    ]
+    assert ["stuck-1", "1", "0", "Ongoing"] in rows(listing)
     producers = oncelog(
         broker, "transactions", "describe-producers", "--topic", "stuck", "--partition", "0"
     )
-    assert producers.splitlines()[1].split("\t")[-1] == "0"  # transaction open from offset 0
+    assert producers.split()[5] == "CurrentTransactionStartOffset"
+    assert rows(producers)[0][-1] == "0"  # transaction open from offset 0
 
     time.sleep(1.2)
     assert (
@@ -84,8 +102,27 @@ os._exit(9)
     hanging = oncelog(
         broker, "transactions", "find-hanging", "--max-transaction-timeout-ms", "1000"
     )
-    rows = hanging.splitlines()[1:]
-    assert len(rows) == 1 and rows[0].startswith("stuck\t0\t")
+    found = rows(hanging)
+    assert len(found) == 1 and found[0][:2] == ["stuck", "0"] and found[0][5] == "0"
+    assert hanging.split()[6:8] == ["LastTimestamp", "Duration"]
+    assert found[0][6].startswith("20") and found[0][6].endswith("Z")  # ISO-8601 UTC
+    assert found[0][7].endswith("s")  # about 1.2 s: "1.3s"
+
+    wrong = run(
+        broker,
+        "transactions",
+        "abort",
+        "--topic",
+        "stuck",
+        "--partition",
+        "0",
+        "--start-offset",
+        "5",
+    )
+    assert wrong.returncode == 1
+    assert wrong.stderr.strip() == (
+        "Error: no open transaction on stuck-0 starts at offset 5; open: producer 0 at offset 0"
+    )
 
     out = oncelog(
         broker,
@@ -98,7 +135,22 @@ os._exit(9)
         "--start-offset",
         "0",
     )
-    assert "Aborted" in out
+    assert out.strip() == (
+        "Aborted the transaction of producer 0 (epoch 0) open on stuck-0 since offset 0."
+    )
+    none_left = run(
+        broker,
+        "transactions",
+        "abort",
+        "--topic",
+        "stuck",
+        "--partition",
+        "0",
+        "--start-offset",
+        "0",
+    )
+    assert none_left.returncode == 1
+    assert none_left.stderr.strip() == "Error: no open transaction on stuck-0"
     assert committed_values(broker) == [b"after"]
     assert (
         oncelog(
@@ -118,16 +170,28 @@ def test_describe_in_every_state(broker_factory: type[BrokerProcess]) -> None:
     def row() -> list[str]:
         out = oncelog(broker, "transactions", "describe", "--transactional-id", "described")
         header, line = out.splitlines()
-        assert header.split("\t")[0] == "TransactionalId"
-        return line.split("\t")
+        assert header.split() == [
+            "CoordinatorId",
+            "TransactionalId",
+            "ProducerId",
+            "ProducerEpoch",
+            "TransactionState",
+            "TransactionTimeoutMs",
+            "CurrentTransactionStartTime",
+            "TransactionDuration",
+            "TopicPartitions",
+        ]
+        return line.split()
 
     empty = row()
-    assert empty[0] == "described" and empty[3] == "Empty" and empty[5] == "-"
+    assert empty[:2] == ["1", "described"] and empty[4] == "Empty"
+    assert empty[6:] == ["-", "-", "-"]
     producer.begin_transaction()
     producer.produce("stuck", b"x")
     assert producer.flush(10) == 0
     ongoing = row()
-    assert ongoing[3] == "Ongoing" and ongoing[5].startswith("20") and ongoing[6] == "stuck-0"
+    assert ongoing[4] == "Ongoing" and ongoing[6].startswith("20") and ongoing[8] == "stuck-0"
+    assert ongoing[7].endswith("s")  # the duration so far, such as "35ms"
     producer.commit_transaction(20)
     done = row()
-    assert done[3] == "CompleteCommit" and done[5] == ongoing[5]  # Kafka keeps the start time
+    assert done[4] == "CompleteCommit" and done[6] == ongoing[6]  # Kafka keeps the start time

@@ -1,118 +1,168 @@
-"""`oncelog transactions ...` and `oncelog groups ...`: operator tools (KIP-664 style).
+"""`oncelog transactions ...`: operator tools for transactions (KIP-664, `kafka-transactions.sh`).
 
 A hanging transaction (open on a partition while its coordinator no longer drives it) pins
 the partition's LSO and stalls every read_committed consumer. `find-hanging` lists open
 transactions older than a threshold whose coordinator does not have them ongoing (or has
 had them ongoing for longer than that too); `abort` writes an ABORT marker for one.
+
+Columns are Kafka's; times are ISO-8601 UTC and durations are for humans (`4m05s`).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from datetime import UTC, datetime
 from typing import Any
 
+from oncelog.cli import groups
+from oncelog.cli.console import (
+    MISSING,
+    add_bootstrap,
+    duration,
+    exits_quietly,
+    fail,
+    print_table,
+    timestamp,
+)
 from oncelog.client.admin import Admin, ProducerInfo
 from oncelog.client.connection import ClientError
+from oncelog.errors import error_name
 from oncelog.types import TopicPartition
-
-BOOTSTRAP = "127.0.0.1:9092"
 
 
 def add_parsers(sub: Any) -> None:
+    """`transactions`, then `groups` (the other operator tool, in its own module)."""
     txn = sub.add_parser("transactions", help="inspect and abort transactions")
-    txn_sub = txn.add_subparsers(dest="action", required=True)
-    txn_sub.add_parser("list", help="transactional ids known to the coordinators")
-    describe = txn_sub.add_parser("describe", help="one transactional id")
-    describe.add_argument("--transactional-id", required=True)
-    producers = txn_sub.add_parser("describe-producers", help="producer state of a partition")
-    producers.add_argument("--topic", required=True)
-    producers.add_argument("--partition", type=int, required=True)
-    hanging = txn_sub.add_parser("find-hanging", help="open transactions nobody will end")
-    hanging.add_argument("--topic", action="append", help="limit to these topics")
+    actions = txn.add_subparsers(dest="action", required=True)
+    actions.add_parser("list", help="transactional ids known to the coordinators")
+    describe = actions.add_parser("describe", help="the state of one transactional id")
+    describe.add_argument("--transactional-id", required=True, help="the transactional id")
+    producers = actions.add_parser(
+        "describe-producers", help="the active producers of a partition and their open transaction"
+    )
+    producers.add_argument("--topic", required=True, help="topic name")
+    producers.add_argument("--partition", type=int, required=True, help="partition number")
+    hanging = actions.add_parser("find-hanging", help="open transactions nobody will end")
+    hanging.add_argument(
+        "--topic", action="append", help="limit the search to this topic; repeatable"
+    )
     hanging.add_argument(
         "--max-transaction-timeout-ms",
         type=int,
         default=900_000,
-        help="transactions open longer than this are suspect (transaction.max.timeout.ms)",
+        help="transactions open longer than this are suspect "
+        "(the brokers' transaction.max.timeout.ms; default 900000)",
     )
-    abort = txn_sub.add_parser("abort", help="write an ABORT marker for a hanging transaction")
-    abort.add_argument("--topic", required=True)
-    abort.add_argument("--partition", type=int, required=True)
-    abort.add_argument("--start-offset", type=int, help="the open transaction's first offset")
-    abort.add_argument("--producer-id", type=int)
-    for p in txn_sub.choices.values():
-        p.add_argument("--bootstrap-server", "-b", default=BOOTSTRAP)
+    abort = actions.add_parser("abort", help="write an ABORT marker for a hanging transaction")
+    abort.add_argument("--topic", required=True, help="topic name")
+    abort.add_argument("--partition", type=int, required=True, help="partition number")
+    abort.add_argument(
+        "--start-offset",
+        type=int,
+        help="first offset of the transaction to abort (see describe-producers or find-hanging)",
+    )
+    abort.add_argument(
+        "--producer-id",
+        type=int,
+        help="the producer whose open transaction to abort (instead of or with --start-offset)",
+    )
+    for p in actions.choices.values():
+        add_bootstrap(p)
     txn.set_defaults(func=run_transactions)
-
-    groups = sub.add_parser("groups", help="consumer groups and their lag")
-    groups_sub = groups.add_subparsers(dest="action", required=True)
-    groups_sub.add_parser("list")
-    gdescribe = groups_sub.add_parser("describe")
-    gdescribe.add_argument("group", nargs="+")
-    gdescribe.add_argument(
-        "--isolation-level",
-        default="read_committed",
-        choices=["read_committed", "read_uncommitted"],
-        help="lag against the LSO (read_committed) or the high watermark",
-    )
-    for p in groups_sub.choices.values():
-        p.add_argument("--bootstrap-server", "-b", default=BOOTSTRAP)
-    groups.set_defaults(func=run_groups)
+    groups.add_parsers(sub)
 
 
+@exits_quietly
 def run_transactions(args: argparse.Namespace) -> int:
     try:
         with Admin(args.bootstrap_server) as admin:
             return int(_ACTIONS[args.action](admin, args))
     except ClientError as exc:
-        print(f"Error: {exc}", file=sys.stderr)
-        return 1
+        return fail(str(exc))
 
 
 def _list(admin: Admin, args: argparse.Namespace) -> int:
-    print("TransactionalId\tProducerId\tState")
-    for t in sorted(admin.list_transactions(), key=lambda t: t.transactional_id):
-        print(f"{t.transactional_id}\t{t.producer_id}\t{t.transaction_state}")
+    rows = [
+        (t.transactional_id, t.coordinator_id, t.producer_id, t.transaction_state)
+        for t in sorted(admin.list_transactions(), key=lambda t: t.transactional_id)
+    ]
+    print_table(("TransactionalId", "Coordinator", "ProducerId", "TransactionState"), rows)
     return 0
 
 
 def _describe(admin: Admin, args: argparse.Namespace) -> int:
-    t = admin.describe_transaction(args.transactional_id)
+    txn_id = args.transactional_id
+    coordinator = admin.coordinator_id(txn_id, 1)
+    t = admin.describe_transaction(txn_id)
     if int(t.error_code) != 0:
-        print(f"Error: {args.transactional_id}: error {int(t.error_code)}", file=sys.stderr)
-        return 1
-    partitions = ",".join(f"{d.topic}-{p}" for d in t.topics for p in d.partitions)
-    print("TransactionalId\tProducerId\tProducerEpoch\tState\tTimeoutMs\tStartTime\tPartitions")
+        return fail(f"cannot describe transactional id '{txn_id}': {error_name(int(t.error_code))}")
     start = t.transaction_start_time_ms
-    when = "-" if start < 0 else datetime.fromtimestamp(start / 1000, UTC).isoformat()
-    print(
-        f"{t.transactional_id}\t{t.producer_id}\t{t.producer_epoch}\t{t.transaction_state}\t"
-        f"{t.transaction_timeout_ms}\t{when}\t{partitions}"
+    partitions = ",".join(f"{d.topic}-{p}" for d in t.topics for p in sorted(d.partitions))
+    print_table(
+        (
+            "CoordinatorId",
+            "TransactionalId",
+            "ProducerId",
+            "ProducerEpoch",
+            "TransactionState",
+            "TransactionTimeoutMs",
+            "CurrentTransactionStartTime",
+            "TransactionDuration",
+            "TopicPartitions",
+        ),
+        [
+            (
+                coordinator,
+                t.transactional_id,
+                t.producer_id,
+                t.producer_epoch,
+                t.transaction_state,
+                t.transaction_timeout_ms,
+                timestamp(start),
+                MISSING if start < 0 else duration(_now_ms() - start),
+                partitions or MISSING,
+            )
+        ],
     )
     return 0
 
 
 def _describe_producers(admin: Admin, args: argparse.Namespace) -> int:
     tp = TopicPartition(args.topic, args.partition)
-    print(
-        "ProducerId\tProducerEpoch\tLastSequence\tLastTimestamp\tCoordinatorEpoch\tTxnStartOffset"
-    )
-    for p in admin.describe_producers([tp]):
-        print(
-            f"{p.producer_id}\t{p.producer_epoch}\t{p.last_sequence}\t{p.last_timestamp}\t"
-            f"{p.coordinator_epoch}\t{p.txn_start_offset}"
+    if tp not in admin.leaders:
+        return fail(f"partition {tp} does not exist")
+    rows = [
+        (
+            p.producer_id,
+            p.producer_epoch,
+            p.coordinator_epoch,
+            p.last_sequence,
+            timestamp(p.last_timestamp),
+            MISSING if p.txn_start_offset < 0 else p.txn_start_offset,
         )
+        for p in admin.describe_producers([tp])
+    ]
+    headers = (
+        "ProducerId",
+        "ProducerEpoch",
+        "LatestCoordinatorEpoch",
+        "LastSequence",
+        "LastTimestamp",
+        "CurrentTransactionStartOffset",
+    )
+    print_table(headers, rows)
     return 0
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 def find_hanging(admin: Admin, topics: list[str] | None, max_timeout_ms: int) -> list[ProducerInfo]:
     """Open transactions older than `max_timeout_ms` that no coordinator drives properly."""
     names = topics or [t for t in admin.topics() if not t.startswith("__")]
     tps = [tp for tp in admin.leaders if tp.topic in names]
-    now = int(time.time() * 1000)
+    now = _now_ms()
     suspects = [
         p
         for p in admin.describe_producers(tps)
@@ -138,21 +188,46 @@ def find_hanging(admin: Admin, topics: list[str] | None, max_timeout_ms: int) ->
 
 
 def _find_hanging(admin: Admin, args: argparse.Namespace) -> int:
+    missing = [t for t in args.topic or [] if t not in admin.topics()]
+    if missing:
+        return fail(f"topic '{missing[0]}' does not exist")
     hanging = find_hanging(admin, args.topic, args.max_transaction_timeout_ms)
-    print(
-        "Topic\tPartition\tProducerId\tProducerEpoch\tCoordinatorEpoch\tStartOffset\tLastTimestamp"
-    )
-    for p in hanging:
-        print(
-            f"{p.tp.topic}\t{p.tp.partition}\t{p.producer_id}\t{p.producer_epoch}\t"
-            f"{p.coordinator_epoch}\t{p.txn_start_offset}\t{p.last_timestamp}"
+    now = _now_ms()
+    rows = [
+        (
+            p.tp.topic,
+            p.tp.partition,
+            p.producer_id,
+            p.producer_epoch,
+            p.coordinator_epoch,
+            p.txn_start_offset,
+            timestamp(p.last_timestamp),
+            duration(now - p.last_timestamp),
         )
+        for p in sorted(hanging, key=lambda p: (p.tp, p.txn_start_offset))
+    ]
+    headers = (
+        "Topic",
+        "Partition",
+        "ProducerId",
+        "ProducerEpoch",
+        "CoordinatorEpoch",
+        "StartOffset",
+        "LastTimestamp",
+        "Duration",
+    )
+    print_table(headers, rows)
     return 0
 
 
 def _abort(admin: Admin, args: argparse.Namespace) -> int:
     tp = TopicPartition(args.topic, args.partition)
-    open_txns = [p for p in admin.describe_producers([tp]) if p.txn_start_offset >= 0]
+    if tp not in admin.leaders:
+        return fail(f"partition {tp} does not exist")
+    open_txns = sorted(
+        (p for p in admin.describe_producers([tp]) if p.txn_start_offset >= 0),
+        key=lambda p: p.txn_start_offset,
+    )
     chosen = [
         p
         for p in open_txns
@@ -160,18 +235,42 @@ def _abort(admin: Admin, args: argparse.Namespace) -> int:
         and (args.producer_id is None or p.producer_id == args.producer_id)
     ]
     if len(chosen) != 1:
-        print(
-            f"Error: {len(chosen)} open transactions on {tp} match; give --start-offset or "
-            "--producer-id",
-            file=sys.stderr,
-        )
-        return 1
-    code = admin.abort(chosen[0])
+        return fail(_no_single_match(tp, args, open_txns, chosen))
+    producer = chosen[0]
+    what = (
+        f"the transaction of producer {producer.producer_id} (epoch {producer.producer_epoch}) "
+        f"open on {tp} since offset {producer.txn_start_offset}"
+    )
+    code = admin.abort(producer)
     if code != 0:
-        print(f"Error: abort on {tp} failed with error {code}", file=sys.stderr)
-        return 1
-    print(f"Aborted the transaction of producer {chosen[0].producer_id} on {tp}.")
+        return fail(f"cannot abort {what}: {error_name(code)}")
+    print(f"Aborted {what}.")
     return 0
+
+
+def _no_single_match(
+    tp: TopicPartition,
+    args: argparse.Namespace,
+    open_txns: list[ProducerInfo],
+    chosen: list[ProducerInfo],
+) -> str:
+    """Why `abort` did not pick exactly one transaction, with the ones that are open."""
+    listing = ", ".join(
+        f"producer {p.producer_id} at offset {p.txn_start_offset}" for p in open_txns
+    )
+    if not open_txns:
+        return f"no open transaction on {tp}"
+    if chosen:
+        return (
+            f"{len(chosen)} open transactions on {tp} match ({listing}); "
+            "name one with --start-offset"
+        )
+    wanted = []
+    if args.start_offset is not None:
+        wanted.append(f"starts at offset {args.start_offset}")
+    if args.producer_id is not None:
+        wanted.append(f"belongs to producer {args.producer_id}")
+    return f"no open transaction on {tp} {' and '.join(wanted)}; open: {listing}"
 
 
 _ACTIONS = {
@@ -181,32 +280,3 @@ _ACTIONS = {
     "find-hanging": _find_hanging,
     "abort": _abort,
 }
-
-
-def run_groups(args: argparse.Namespace) -> int:
-    from confluent_kafka import ConsumerGroupTopicPartitions
-    from confluent_kafka.admin import AdminClient
-
-    client = AdminClient({"bootstrap.servers": args.bootstrap_server})
-    if args.action == "list":
-        result = client.list_consumer_groups().result(10)
-        print("Group\tState")
-        for g in sorted(result.valid, key=lambda g: g.group_id):
-            print(f"{g.group_id}\t{g.state.name if g.state else ''}")
-        return 0
-    status = 0
-    with Admin(args.bootstrap_server) as admin:
-        for group in args.group:
-            futures = client.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
-            committed = futures[group].result(10).topic_partitions or []
-            tps = [TopicPartition(c.topic, c.partition) for c in committed]
-            ends = (
-                admin.latest_offsets(tps, args.isolation_level == "read_committed") if tps else {}
-            )
-            print(f"Group {group}")
-            print("Topic\tPartition\tCommittedOffset\tEndOffset\tLag")
-            for c in sorted(committed, key=lambda c: (c.topic, c.partition)):
-                end = ends.get(TopicPartition(c.topic, c.partition), -1)
-                lag = end - c.offset if c.offset >= 0 and end >= 0 else -1
-                print(f"{c.topic}\t{c.partition}\t{c.offset}\t{end}\t{lag}")
-    return status
