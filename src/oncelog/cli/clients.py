@@ -7,125 +7,133 @@ work against Apache Kafka as well as oncelog.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from typing import Any
 
-BOOTSTRAP_HELP = "bootstrap servers (default 127.0.0.1:9092)"
+from oncelog.cli import topics
+from oncelog.cli.console import add_bootstrap, describe_error, exits_quietly, fail
+
+CONSOLE_GROUP = "oncelog-console-consumer"
+METADATA_TIMEOUT_S = 10.0
 
 
 def add_parsers(sub: Any) -> None:
-    topics = sub.add_parser("topics", help="create, list, describe, delete topics")
-    topics_sub = topics.add_subparsers(dest="action", required=True)
-    create = topics_sub.add_parser("create")
-    create.add_argument("topic")
-    create.add_argument("--partitions", type=int, default=-1)
-    create.add_argument("--replication-factor", type=int, default=-1)
-    create.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
-    for name in ("list", "describe", "delete"):
-        p = topics_sub.add_parser(name)
-        if name != "list":
-            p.add_argument("topic", nargs="+" if name == "delete" else "*")
-    for p in topics_sub.choices.values():
-        p.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092", help=BOOTSTRAP_HELP)
-    topics.set_defaults(func=run_topics)
+    """`topics` (its own module), `produce` and `consume`."""
+    topics.add_parsers(sub)
 
     produce = sub.add_parser("produce", help="send lines of stdin as messages")
-    produce.add_argument("topic")
-    produce.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092", help=BOOTSTRAP_HELP)
-    produce.add_argument("--key-separator", help="split each line into key and value")
-    produce.add_argument("--partition", type=int, default=-1)
-    produce.add_argument("--acks", default="all")
-    produce.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
+    produce.add_argument("topic", help="the topic to write to")
+    add_bootstrap(produce)
+    produce.add_argument(
+        "--key-separator", help="split each line at the first SEP into key and value"
+    )
+    produce.add_argument(
+        "--partition",
+        type=int,
+        default=-1,
+        help="write every message to this partition (default: the partitioner picks)",
+    )
+    produce.add_argument(
+        "--acks", default="all", help="acks the producer asks for: all, 1 or 0 (default all)"
+    )
+    produce.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a librdkafka producer property such as linger.ms=5; repeatable",
+    )
     produce.set_defaults(func=run_produce)
 
     consume = sub.add_parser("consume", help="print messages of a topic")
-    consume.add_argument("topic")
-    consume.add_argument("--bootstrap-server", "-b", default="127.0.0.1:9092", help=BOOTSTRAP_HELP)
-    consume.add_argument("--from-beginning", action="store_true")
-    consume.add_argument("--partition", type=int, action="append")
-    consume.add_argument("--max-messages", type=int, default=-1)
-    consume.add_argument("--timeout-ms", type=int, default=-1, help="stop after this idle time")
-    consume.add_argument("--isolation-level", default="read_committed")
-    consume.add_argument("--print-key", action="store_true")
-    consume.add_argument("--print-offset", action="store_true")
-    consume.add_argument("--property", action="append", default=[], metavar="KEY=VALUE")
+    consume.add_argument("topic", help="the topic to read")
+    add_bootstrap(consume)
+    consume.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the earliest offset (default: only messages that arrive from now on)",
+    )
+    consume.add_argument(
+        "--partition",
+        type=int,
+        action="append",
+        help="read only this partition; repeatable (default: all)",
+    )
+    consume.add_argument(
+        "--max-messages",
+        type=int,
+        default=-1,
+        help="stop after this many messages (default: no limit)",
+    )
+    consume.add_argument(
+        "--timeout-ms",
+        type=int,
+        default=-1,
+        help="stop after this long without a message (default: wait forever)",
+    )
+    consume.add_argument(
+        "--isolation-level",
+        default="read_committed",
+        choices=["read_committed", "read_uncommitted"],
+        help="read_committed (default) skips aborted and still-open transactions",
+    )
+    consume.add_argument(
+        "--print-key", action="store_true", help="print each key, tab, then the value"
+    )
+    consume.add_argument(
+        "--print-offset",
+        action="store_true",
+        help="print PARTITION:OFFSET and a tab before each message",
+    )
+    consume.add_argument(
+        "--property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=f"a librdkafka consumer property; repeatable (group.id defaults to {CONSOLE_GROUP})",
+    )
     consume.set_defaults(func=run_consume)
 
 
-def _pairs(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        key, _, value = item.partition("=")
-        out[key] = value
-    return out
-
-
-def run_topics(args: argparse.Namespace) -> int:
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient({"bootstrap.servers": args.bootstrap_server})
-    if args.action == "create":
-        futures = admin.create_topics(
-            [
-                NewTopic(
-                    args.topic, args.partitions, args.replication_factor, config=_pairs(args.config)
-                )
-            ]
-        )
-        return _wait(futures, "Created topic")
-    if args.action == "delete":
-        return _wait(admin.delete_topics(args.topic), "Deleted topic")
-    metadata = admin.list_topics(timeout=10)
-    names = sorted(t for t in metadata.topics if not t.startswith("__"))
-    if args.action == "list":
-        for name in names:
-            print(name)
-        return 0
-    wanted = args.topic or names
-    status = 0
-    for name in wanted:
-        topic = metadata.topics.get(name)
-        if topic is None or topic.error is not None:
-            print(
-                f"Error: topic {name}: {topic.error if topic else 'does not exist'}",
-                file=sys.stderr,
-            )
-            status = 1
-            continue
-        print(f"Topic: {name}\tPartitionCount: {len(topic.partitions)}")
-        for pid, part in sorted(topic.partitions.items()):
-            replicas = ",".join(map(str, part.replicas))
-            isr = ",".join(map(str, part.isrs))
-            print(
-                f"\tTopic: {name}\tPartition: {pid}\tLeader: {part.leader}\t"
-                f"Replicas: {replicas}\tIsr: {isr}"
-            )
-    return status
-
-
-def _wait(futures: dict[str, Any], verb: str) -> int:
-    status = 0
-    for name, future in futures.items():
-        try:
-            future.result()
-            print(f"{verb} {name}.")
-        except Exception as exc:
-            print(f"Error: {name}: {exc}", file=sys.stderr)
-            status = 1
-    return status
-
-
+@exits_quietly
 def run_produce(args: argparse.Namespace) -> int:
-    from confluent_kafka import Producer
+    from confluent_kafka import KafkaException, Producer
+
+    conf = {
+        "bootstrap.servers": args.bootstrap_server,
+        "acks": args.acks,
+        **topics.pairs(args.property),
+    }
+    try:
+        producer = Producer(conf)
+    except KafkaException as exc:
+        return fail(describe_error(exc), 2)
+    problem = _check_topic(producer, args.topic, args.partition)
+    if problem:
+        return fail(problem)
 
     failures: list[str] = []
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C: deliver what was read, then stop
+        _send_lines(producer, args, failures)
+    remaining = producer.flush(30)
+    for failure in failures[:10]:
+        fail(failure)
+    if len(failures) > 10:
+        fail(f"... {len(failures) - 10} more messages failed")
+    if remaining:
+        fail(f"{remaining} messages not delivered within 30 s")
+    return 1 if failures or remaining else 0
+
+
+def _send_lines(producer: Any, args: argparse.Namespace, failures: list[str]) -> None:
+    """Produce each line of stdin; what fails (now or on delivery) goes to `failures`."""
+    from confluent_kafka import KafkaException
 
     def on_delivery(err: Any, _msg: Any) -> None:
         if err is not None:
-            failures.append(str(err))
+            failures.append(describe_error(err))
 
-    conf = {"bootstrap.servers": args.bootstrap_server, "acks": args.acks, **_pairs(args.property)}
-    producer = Producer(conf)
     for line in sys.stdin:
         text = line.rstrip("\n")
         key: str | None = None
@@ -140,49 +148,86 @@ def run_produce(args: argparse.Namespace) -> int:
                 break
             except BufferError:
                 producer.poll(0.1)
+            except KafkaException as exc:
+                failures.append(describe_error(exc))
+                break
         producer.poll(0)
-    remaining = producer.flush(30)
-    for failure in failures[:10]:
-        print(f"Error: {failure}", file=sys.stderr)
-    return 1 if failures or remaining else 0
 
 
+def _check_topic(client: Any, topic: str, partition: int) -> str | None:
+    """Why `topic` (and `partition`) cannot be written or read, or None.
+
+    Asked before producing: librdkafka holds messages for a topic it cannot find until
+    message.timeout.ms (5 minutes), where a user wants to hear at once that it is missing.
+    A producer's metadata request auto-creates the topic where the broker allows that.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+
+    try:
+        metadata = client.list_topics(topic, timeout=METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        return f"topic '{topic}': {describe_error(exc)}"
+    found = metadata.topics.get(topic)
+    if found is None:
+        return f"topic '{topic}': not in the brokers' metadata"
+    if found.error is not None and found.error.code() != KafkaError.LEADER_NOT_AVAILABLE:
+        return f"topic '{topic}': {describe_error(found.error)}"
+    if partition >= 0 and found.partitions and partition not in found.partitions:
+        return (
+            f"topic '{topic}' has no partition {partition} "
+            f"(it has {len(found.partitions)}): UNKNOWN_PARTITION"
+        )
+    return None
+
+
+@exits_quietly
 def run_consume(args: argparse.Namespace) -> int:
     import time
 
-    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, TopicPartition
+    from confluent_kafka import OFFSET_BEGINNING, OFFSET_END, Consumer, KafkaException
+    from confluent_kafka import TopicPartition as KafkaTopicPartition
 
     conf = {
         "bootstrap.servers": args.bootstrap_server,
-        "group.id": "oncelog-console-consumer",
+        "group.id": CONSOLE_GROUP,
         "enable.auto.commit": False,
         "isolation.level": args.isolation_level,
-        **_pairs(args.property),
+        **topics.pairs(args.property),
     }
-    consumer = Consumer(conf)
-    metadata = consumer.list_topics(args.topic, timeout=10)
-    topic = metadata.topics.get(args.topic)
-    if topic is None or topic.error is not None:
-        print(f"Error: topic {args.topic}: {topic.error if topic else 'unknown'}", file=sys.stderr)
-        return 1
-    partitions = args.partition or sorted(topic.partitions)
-    start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
-    consumer.assign([TopicPartition(args.topic, p, start) for p in partitions])
-    seen = 0
-    idle_since = time.monotonic()
+    if not conf["group.id"].strip():
+        # librdkafka aborts the whole process on an empty group.id (an assertion).
+        return fail("group.id must not be empty", 2)
     try:
+        consumer = Consumer(conf)
+    except KafkaException as exc:
+        return fail(describe_error(exc), 2)
+    try:
+        metadata = consumer.list_topics(args.topic, timeout=METADATA_TIMEOUT_S)
+        topic = metadata.topics.get(args.topic)
+        if topic is None or topic.error is not None:
+            why = describe_error(topic.error) if topic else "not in the brokers' metadata"
+            return fail(f"topic '{args.topic}': {why}")
+        partitions = args.partition or sorted(topic.partitions)
+        unknown = sorted(set(partitions) - set(topic.partitions))
+        if unknown:
+            return fail(f"topic '{args.topic}' has no partition {unknown[0]}: UNKNOWN_PARTITION")
+        start = OFFSET_BEGINNING if args.from_beginning else OFFSET_END
+        consumer.assign([KafkaTopicPartition(args.topic, p, start) for p in partitions])
+        seen = 0
+        idle_since = time.monotonic()
         while args.max_messages < 0 or seen < args.max_messages:
             msg = consumer.poll(0.2)
             if msg is None:
-                if (
-                    args.timeout_ms >= 0
-                    and (time.monotonic() - idle_since) * 1000 > args.timeout_ms
-                ):
+                idle_ms = (time.monotonic() - idle_since) * 1000
+                if args.timeout_ms >= 0 and idle_ms > args.timeout_ms:
                     break
                 continue
             idle_since = time.monotonic()
-            if msg.error():
-                print(f"Error: {msg.error()}", file=sys.stderr)
+            error = msg.error()
+            if error is not None:
+                fail(describe_error(error))
+                if error.fatal():
+                    return 1
                 continue
             value = (msg.value() or b"").decode("utf-8", "replace")
             prefix = f"{msg.partition()}:{msg.offset()}\t" if args.print_offset else ""
@@ -190,6 +235,8 @@ def run_consume(args: argparse.Namespace) -> int:
                 prefix += (msg.key() or b"").decode("utf-8", "replace") + "\t"
             print(prefix + value, flush=True)
             seen += 1
+    except KafkaException as exc:
+        return fail(describe_error(exc))
     except KeyboardInterrupt:
         pass
     finally:
