@@ -7,11 +7,13 @@ kill/restart and pause/resume faults, the history it writes and the exit code of
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 from oncelog.verify.history import Fault, FinalRead, Poll, Send, read_history
+from oncelog.verify.workload import PROGRESS_COUNTS
 from tests.broker_process import BrokerProcess
 
 
@@ -48,10 +50,21 @@ def test_verify_run_with_faults_is_clean(tmp_path: Path) -> None:
     assert {f.topic for f in finals} == {copies[0].topic, copies[0].source.topic}
     data = json.loads(report.read_text())
     assert data["ok"] is True
-    assert data["run"]["faults"] >= 2
+    assert data["stats"]["faults"] == len(data["faults"]) >= 2
     page = timeline.read_text()
-    assert "<svg" in page and '<g class="fault">' in page
-    assert ">kill</text>" in page and ">pause</text>" in page
+    assert "<svg" in page and page.count('<g class="fault">') == data["stats"]["faults"]
+    assert " kill</text>" in page and " pause</text>" in page
+    assert page.index("OK: no anomalies") < page.index('<table class="anomalies">')
+    assert page.index('<table class="anomalies">') < page.index("<svg")
+    # The last progress line, the summary, the report and the timeline agree on every count.
+    done = next(x for x in proc.stderr.splitlines() if "(done after" in x).partition("(")[0]
+    shown = {k: int(v) for k, v in re.findall(r"([a-z_]+) (\d+)", done)}
+    assert shown == {k: data["stats"][k] for k in PROGRESS_COUNTS}
+    summary = next(x for x in proc.stdout.splitlines() if x.startswith("history:"))
+    assert {k: int(v) for k, v in re.findall(r"([a-z_]+) (\d+)", summary)} == data["stats"]
+    counts = page.partition('<table class="counts">')[2].partition("</table>")[0]
+    table = re.findall(r'<tr><td>([a-z_]+)</td><td class="n">(\d+)</td>', counts)
+    assert {k: int(v) for k, v in table} == data["stats"]
 
 
 def test_verify_run_catches_the_mock_clusters_aborted_reads(tmp_path: Path) -> None:

@@ -222,5 +222,6 @@ class ProcessClient(threading.Thread):
                     return False
             self._respawned.wait(0.5)
 
+
 if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))

@@ -68,24 +68,15 @@ class RunConfig:
     progress: bool = True
 
 
-@dataclass(slots=True)
-class RunStats:
-    """Counters for the progress line and the report."""
-
-    ops: int = 0
-    errors: int = 0
-    faults: int = 0
-    timeline: list[dict[str, Any]] = field(default_factory=list)
-
-
 class Recorder:
-    """One history writer shared by all client threads; counts ops and errors as they complete."""
+    """One history writer shared by all client threads; tallies the operations as they are
+    written (``history.Tally``, the counts the report and the timeline show too)."""
 
     def __init__(self, writer: h.HistoryWriter, started: float) -> None:
         self._writer = writer
         self._lock = threading.Lock()
         self.started = started
-        self.stats = RunStats()
+        self.tally = h.Tally()
 
     def now(self) -> float:
         return time.time()
@@ -93,13 +84,11 @@ class Recorder:
     def write(self, op: h.Op) -> None:
         with self._lock:
             self._writer.write(op)
-            phase = getattr(op, "phase", None)
-            if phase in ("ok", "fail", "info"):
-                self.stats.ops += 1
-                if phase != "ok":
-                    self.stats.errors += 1
-            if isinstance(op, h.Fault) and op.phase == "start":
-                self.stats.faults += 1
+            self.tally.add(op)
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return self.tally.counts()
 
 
 class ClientStuck(Exception):
@@ -667,9 +656,6 @@ class Run:
             fault.kind, "start" if phase == "start" else "end", fault.target, detail, time.time()
         )
         self.recorder.write(op)
-        self.recorder.stats.timeline.append(
-            {"time": op.time, "kind": op.kind, "phase": op.phase, "detail": detail}
-        )
 
     def schedule_faults(self) -> None:
         """Rotate the faults with quiet windows; each is healed before the next starts."""
@@ -763,7 +749,7 @@ class Run:
             ticks += 1
             if tty or ticks % 5 == 0:
                 line = progress_line(
-                    time.monotonic() - started, self.config.duration, self.recorder.stats
+                    time.monotonic() - started, self.config.duration, self.recorder.counts()
                 )
                 print(
                     ("\r" + line) if tty else line,
@@ -773,6 +759,15 @@ class Run:
                 )
         if tty:
             print(file=sys.stderr)
+
+    def last_progress(self, began: float) -> dict[str, int]:
+        """The final counts; printed as a last progress line, which counts the whole history
+        (drain and final reads included) and so agrees with the report and the timeline."""
+        counts = self.recorder.counts()
+        if self.config.progress:
+            line = progress_line(self.config.duration, self.config.duration, counts)
+            print(f"{line}  (done after {time.monotonic() - began:.0f}s)", file=sys.stderr)
+        return counts
 
     def clients(self) -> list[Client | ProcessClient]:
         """Producers, transactional producers, consumers alternating isolation levels, copiers.
@@ -832,8 +827,9 @@ class Run:
             for p in range(self.config.partitions):
                 self.recorder.write(self.final_read(topic, p))
 
-    def execute(self) -> RunStats:
-        """Start (maybe) a broker, run clients and faults, heal, final-read; return the stats."""
+    def execute(self) -> dict[str, int]:
+        """Start (maybe) a broker, run clients and faults, heal, final-read; return the counts
+        of the history written (``history.COUNTS``)."""
         cfg = self.config
         tmp: tempfile.TemporaryDirectory[str] | None = None
         if cfg.start_broker:
@@ -862,6 +858,7 @@ class Run:
                 threads.append(threading.Thread(target=self.progress, daemon=True))
             for t in threads:
                 t.start()
+            began = time.monotonic()
             self.stop.wait(cfg.duration)
             self.stop.set()
             for t in threads:
@@ -871,7 +868,7 @@ class Run:
             failures = [f"{c.name}: {c.failure!r}" for c in clients if c.failure is not None]
             if failures:
                 raise RuntimeError("clients failed: " + "; ".join(failures))
-            return self.recorder.stats
+            return self.last_progress(began)
         finally:
             for c in clients:  # a run cut short must not leave worker processes behind
                 if isinstance(c, ProcessClient):
@@ -885,14 +882,16 @@ class Run:
                 tmp.cleanup()
 
 
-def progress_line(elapsed: float, duration: float, stats: RunStats, width: int = 30) -> str:
-    """`[#####-----]  12s/20s  ops 2290  errors 3  faults 2`."""
+# The counts the progress line shows, named as in the report and on the timeline page.
+PROGRESS_COUNTS = ("operations", "sends", "acknowledged", "failed", "indeterminate", "faults")
+
+
+def progress_line(elapsed: float, duration: float, counts: dict[str, int], width: int = 10) -> str:
+    """`[#####-----]  12s/20s  operations 2290  sends 900  acknowledged 850  ...  faults 2`."""
     done = min(width, int(width * elapsed / duration)) if duration > 0 else width
     bar = "#" * done + "-" * (width - done)
-    return (
-        f"[{bar}] {elapsed:4.0f}s/{duration:.0f}s  ops {stats.ops}  errors {stats.errors}"
-        f"  faults {stats.faults}"
-    )
+    shown = "  ".join(f"{k} {counts.get(k, 0)}" for k in PROGRESS_COUNTS)
+    return f"[{bar}] {elapsed:4.0f}s/{duration:.0f}s  {shown}"
 
 
 IN_PROCESS: dict[str, type[Client]] = {
@@ -902,6 +901,6 @@ IN_PROCESS: dict[str, type[Client]] = {
 }
 
 
-def run(config: RunConfig) -> RunStats:
+def run(config: RunConfig) -> dict[str, int]:
     """Run the workload and write the history; checking is left to the caller."""
     return Run(config).execute()
