@@ -3,27 +3,61 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
 from oncelog.config import BrokerConfig
 from oncelog.errors import InvalidConfig
 
+EXIT_CONFIG_ERROR = 2
+
+DESCRIPTION = """\
+Run one Kafka-compatible broker until SIGTERM or Ctrl-C (SIGINT), which stop it cleanly:
+connections closed, logs flushed, the clean-shutdown marker written.
+
+When it is ready it prints one line on stdout, with the bound port (useful with port 0):
+  oncelog broker NODE_ID ready on HOST:PORT (log.dirs=DIRS)
+
+Configuration uses Kafka's broker keys, names and defaults: the properties file is read
+first, then --override and the shortcuts win over it. The keys are listed in README.md,
+section "Configuration"; each key's default and Kafka bound is in oncelog/config.py.
+Values outside Kafka's bounds exit with status 2; unknown keys are logged as warnings.
+A log directory is locked (<dir>/.lock) while a broker uses it; a second broker on it, a
+taken port or an unusable directory exit with status 1 and one line on stderr."""
+
 
 def add_parser(sub: Any) -> None:
-    p = sub.add_parser("serve", help="run a broker")
-    p.add_argument("properties", nargs="?", type=Path, help="a Kafka server.properties file")
-    p.add_argument(
-        "--listen", metavar="HOST:PORT", help="shortcut for listeners=PLAINTEXT://HOST:PORT"
+    p = sub.add_parser(
+        "serve",
+        help="run a broker",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--data-dir", metavar="DIR", help="shortcut for log.dirs=DIR")
-    p.add_argument("--node-id", type=int, help="shortcut for node.id")
+    p.add_argument(
+        "properties",
+        nargs="?",
+        type=Path,
+        help="a Kafka server.properties file (key=value lines), read before the flags",
+    )
+    p.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="shortcut for listeners=PLAINTEXT://HOST:PORT (default 127.0.0.1:9092; "
+        "port 0 picks a free port, printed in the ready line)",
+    )
+    p.add_argument(
+        "--data-dir",
+        metavar="DIR",
+        help="shortcut for log.dirs=DIR (default ./oncelog-data; created with its parents)",
+    )
+    p.add_argument("--node-id", type=int, help="shortcut for node.id (default 1)")
     p.add_argument(
         "--override",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="set any broker config, e.g. --override log.segment.bytes=1048576",
+        help="set any broker config, e.g. --override log.segment.bytes=1048576 (repeatable)",
     )
     p.set_defaults(func=run)
 
@@ -50,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = config_from_args(args)
     except (InvalidConfig, OSError) as exc:
-        print(f"oncelog: configuration error: {exc}", flush=True)
-        return 2
+        print(f"oncelog: configuration error: {exc}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG_ERROR
+    config.warn_unknown()
     return run_broker(config)

@@ -3,6 +3,10 @@
 Owns the listener, the connections, the purgatory timers and the housekeeping tasks
 (retention, flushing rolled segments, checkpoints, idle connections). SIGTERM and SIGINT
 stop it cleanly: connections are closed, logs flushed, the clean-shutdown marker written.
+
+Start-up goes port first, then the log dirs' locks, then the disk: a taken port or a log dir
+in use stops the broker before it writes anything. Every start-up failure is one line on
+stderr and exit status 1, never a traceback (run with --log-level DEBUG to see one).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 
@@ -21,19 +26,51 @@ from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import Clock, SystemClock
-from oncelog.config import BrokerConfig
+from oncelog.config import BrokerConfig, Listener
+from oncelog.errors import KafkaError
 from oncelog.server.connection import Connection
+from oncelog.storage.log_manager import LogDirError, lock_log_dirs
 
 log = logging.getLogger(__name__)
 
 CONNECTIONS_MAX_IDLE_MS = 600_000
 CHECKPOINT_INTERVAL_S = 60.0
 ROLLED_FLUSH_INTERVAL_S = 1.0
+EXIT_STARTUP_FAILED = 1
+
+
+class StartupError(Exception):
+    """The broker cannot start; the message is the one line it prints."""
+
+
+def bind_listener(listener: Listener) -> socket.socket:
+    """Bind the listener's address without listening yet: a taken port is found before the
+    disk is touched, and clients are refused (not left waiting) until the broker serves."""
+    where = f"{listener.host}:{listener.port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            listener.host, listener.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    try:
+        # as asyncio's create_server: a restart may rebind while old connections linger
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise StartupError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    return sock
 
 
 class BrokerServer:
-    def __init__(self, config: BrokerConfig, clock: Clock | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, clock: Clock | None = None, sock: socket.socket | None = None
+    ) -> None:
+        """`sock` is the listener already bound by `bind_listener` (else bound in start)."""
         self.config = config
+        self._sock = sock
         self.clock = clock or SystemClock()
         self.replicas = ReplicaManager(config, self.clock)
         self.purgatory = Purgatory()
@@ -60,9 +97,18 @@ class BrokerServer:
         await loop.run_in_executor(None, self.groups.startup)
         await loop.run_in_executor(None, self.txns.startup)
         listener = self.config.listener
-        self._server = await loop.create_server(
-            self._new_connection, listener.host, listener.port, reuse_address=True, backlog=1024
-        )
+        if self._sock is not None:
+            self._server = await loop.create_server(
+                self._new_connection, sock=self._sock, backlog=1024
+            )
+        else:
+            self._server = await loop.create_server(
+                self._new_connection,
+                listener.host,
+                listener.port,
+                reuse_address=True,
+                backlog=1024,
+            )
         self.port = self._server.sockets[0].getsockname()[1]
         advertised = self.config.advertised_listener
         host = advertised.host if advertised else listener.host
@@ -227,11 +273,28 @@ class BrokerServer:
 
 
 def run(config: BrokerConfig) -> int:
-    """Run a broker until SIGTERM/SIGINT; print one line when ready."""
+    """Run a broker until SIGTERM/SIGINT; print one line when ready, or one line on stderr
+    and return 1 when it cannot start."""
+    try:
+        sock = bind_listener(config.listener)
+        try:
+            locks = lock_log_dirs(config.log_dirs)
+        except LogDirError as exc:
+            sock.close()
+            raise StartupError(str(exc)) from exc
+    except StartupError as exc:
+        return _startup_failed(str(exc))
 
     async def main() -> None:
-        server = BrokerServer(config)
-        port = await server.start()
+        try:
+            server = BrokerServer(config, sock=sock)
+            port = await server.start()
+        except (OSError, ValueError, KafkaError) as exc:
+            log.debug("start-up failed", exc_info=True)
+            raise StartupError(f"start-up failed: {exc}") from exc
+        except Exception as exc:
+            log.debug("start-up failed", exc_info=True)
+            raise StartupError(f"start-up failed: {type(exc).__name__}: {exc}") from exc
         listener = config.listener
         dirs = ",".join(str(d) for d in config.log_dirs)
         print(
@@ -241,10 +304,23 @@ def run(config: BrokerConfig) -> int:
         await server.serve_until_stopped()
 
     try:
-        import uvloop
+        try:
+            import uvloop
 
-        uvloop.run(main())
-    except ImportError:
-        asyncio.run(main())
+            uvloop.run(main())
+        except ImportError:
+            asyncio.run(main())
+    except StartupError as exc:
+        return _startup_failed(str(exc))
+    except KeyboardInterrupt:  # Ctrl-C before the signal handlers are installed
+        return _startup_failed("interrupted while starting")
+    finally:
+        for lock in locks:
+            lock.release()
     sys.stdout.flush()
     return 0
+
+
+def _startup_failed(message: str) -> int:
+    print(f"oncelog: {message}", file=sys.stderr, flush=True)
+    return EXIT_STARTUP_FAILED

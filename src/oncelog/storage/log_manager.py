@@ -4,11 +4,19 @@ On disk, per log dir (Kafka's names): `<topic>-<partition>/` directories,
 `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, and the clean-shutdown
 marker `.kafka_cleanshutdown`, present only between a clean stop and the next start. Without
 the marker, segments past each partition's recovery point are scanned and repaired.
+
+`.lock` is Kafka's exclusive per-directory lock, taken with `lock_log_dirs` before anything
+reads or writes the directory and held for the life of the process: a second broker on the
+same directory would otherwise "recover" the live broker's tails and leave a clean-shutdown
+marker under it. The OS releases the lock when its holder dies, even by SIGKILL.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -25,7 +33,78 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
+LOCK_FILE = ".lock"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+class LogDirError(Exception):
+    """A log directory cannot be used; the message is the one line the broker prints."""
+
+
+class LogDirLock:
+    """The exclusive flock on `<log.dir>/.lock`; the file holds the holder's pid so that a
+    refused broker can name it."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.path = log_dir / LOCK_FILE
+        try:
+            # no O_TRUNC: the holder's pid must survive until the lock is ours
+            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise LogDirError(f"log directory {log_dir} is not writable: {exc.strerror}") from exc
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            holder = _read_pid(self._fd)
+            os.close(self._fd)
+            if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise LogDirError(f"cannot lock log directory {log_dir}: {exc.strerror}") from exc
+            known = f" (pid {holder})" if holder is not None else ""
+            raise LogDirError(
+                f"log directory {log_dir} is in use by another process{known}"
+            ) from exc
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, f"{os.getpid()}\n".encode(), 0)
+
+    def release(self) -> None:
+        """Unlock (closing the descriptor drops the flock); the file stays, as in Kafka."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _read_pid(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+        return int(text) if text else None
+    except (OSError, ValueError):
+        return None
+
+
+def lock_log_dirs(log_dirs: list[Path]) -> list[LogDirLock]:
+    """Create each log dir (with its parents, as Kafka does) and lock it; raise LogDirError
+    with one line when one is a file, cannot be created or written, or is locked."""
+    locks: list[LogDirLock] = []
+    seen: set[Path] = set()
+    try:
+        for log_dir in log_dirs:
+            if log_dir.resolve() in seen:
+                raise LogDirError(f"log directory {log_dir} is listed twice in log.dirs")
+            seen.add(log_dir.resolve())
+            if log_dir.exists() and not log_dir.is_dir():
+                raise LogDirError(f"log directory {log_dir} is not a directory")
+            try:
+                log_dir.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise LogDirError(f"cannot create log directory {log_dir}: {exc.strerror}") from exc
+            if not os.access(log_dir, os.W_OK | os.X_OK):
+                raise LogDirError(f"log directory {log_dir} is not writable")
+            locks.append(LogDirLock(log_dir))
+    except LogDirError:
+        for lock in locks:
+            lock.release()
+        raise
+    return locks
 
 
 class LogManager:
