@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from oncelog.errors import InvalidRecord, KafkaError
@@ -43,8 +43,26 @@ SPECS = st.builds(
     back=st.integers(1, 7),
     count=st.integers(1, 3),
 )
+
+
+@dataclass(frozen=True)
+class Request:
+    specs: list[Spec]
+    client: bool  # validated as a client's data (one batch) or as an internal append
+    again: int | None  # resend the request acknowledged this many requests back...
+    extra: bool  # ...followed by the batches of `specs`
+
+
 REQUESTS = st.lists(
-    st.tuples(st.lists(SPECS, min_size=1, max_size=4), st.booleans()), min_size=1, max_size=12
+    st.builds(
+        Request,
+        specs=st.lists(SPECS, min_size=1, max_size=4),
+        client=st.booleans(),
+        again=st.none() | st.integers(1, 4),
+        extra=st.booleans(),
+    ),
+    min_size=1,
+    max_size=12,
 )
 
 
@@ -71,9 +89,16 @@ class Model:
 
     def __init__(self) -> None:
         self.acked: list[tuple[bytes, int]] = []
+        self.requests: list[list[bytes]] = []  # the batches of each acknowledged request
         self.sent: dict[int, list[bytes]] = {pid: [] for pid in PIDS}
         self.next_seq = dict.fromkeys(PIDS, 0)
         self.plain = 0
+
+    def request(self, req: Request) -> list[bytes]:
+        if req.again is not None and self.requests:
+            earlier = list(self.requests[-min(req.again, len(self.requests))])
+            return earlier + self.build(req.specs) if req.extra else earlier
+        return self.build(req.specs)
 
     def build(self, specs: list[Spec]) -> list[bytes]:
         """The batches of one request; new batches of a producer follow each other."""
@@ -109,25 +134,27 @@ def assert_stored(plog: PartitionLog, acked: list[tuple[bytes, int]]) -> None:
 
 
 @settings(
-    max_examples=120,
+    max_examples=200,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(requests=REQUESTS)
 def test_every_acknowledged_batch_is_stored_where_the_answer_says(
-    tmp_path_factory: pytest.TempPathFactory, requests: list[tuple[list[Spec], bool]]
+    tmp_path_factory: pytest.TempPathFactory, requests: list[Request]
 ) -> None:
     plog = open_log(tmp_path_factory.mktemp("acked"))
     model = Model()
     try:
-        for specs, client in requests:
-            batches = model.build(specs)
+        for req in requests:
+            client = req.client
+            batches = model.request(req)
             data = b"".join(batches)
             before_end, before = plog.log_end_offset, read_all(plog)
             try:
                 validated = validate_produce_records(data, MAX, client=client)
                 info = plog.append(validated, 0)
             except KafkaError as exc:
+                event(f"refused: {type(exc).__name__}")
                 assert plog.log_end_offset == before_end and read_all(plog) == before
                 if client and len(batches) > 1:
                     assert isinstance(exc, InvalidRecord)
@@ -141,11 +168,13 @@ def test_every_acknowledged_batch_is_stored_where_the_answer_says(
             assert info.last_offset == offset - 1, "the answer does not cover the request"
             acked = list(zip(batches, offsets, strict=True))
             assert_stored(plog, acked)
+            event(f"acknowledged: {len(batches)} batches, duplicate={info.duplicate}")
             if info.duplicate:
                 assert plog.log_end_offset == before_end
                 continue
             assert info.base_offset == before_end
             model.acked += acked
+            model.requests.append(batches)
             for batch, (_, header) in zip(batches, validated.batches, strict=True):
                 if header.has_producer_id:
                     model.sent[header.producer_id].append(batch)
