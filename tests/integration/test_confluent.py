@@ -387,6 +387,26 @@ def test_list_all_topics(broker: BrokerProcess) -> None:
         consumer.close()
 
 
+def test_list_all_topics_includes_internal_topics(broker: BrokerProcess) -> None:
+    """Kafka lists internal topics in an all-topics Metadata answer, flagged is_internal, so
+    tools see them and pattern subscriptions can leave them out by the flag."""
+    create_topic(broker.bootstrap, "plain", 1)
+    consumer = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "committer"})
+    try:
+        consumer.commit(offsets=[TopicPartition("plain", 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    assert {"plain", "__consumer_offsets"} <= set(admin.list_topics(timeout=10).topics)
+    # kafka-python leaves out topics flagged internal (exclude_internal_topics).
+    kp_consumer = KafkaConsumer(bootstrap_servers=broker.bootstrap)
+    try:
+        listed = kp_consumer.topics()
+    finally:
+        kp_consumer.close()
+    assert "plain" in listed and "__consumer_offsets" not in listed
+
+
 def test_unknown_topic_partition_is_reported(broker: BrokerProcess) -> None:
     """Producing to a partition that does not exist fails the delivery, it does not vanish."""
     topic = "confluent-two"

@@ -20,7 +20,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     requested = request.topics
     topics: list[dict[str, Any]] = []
     if requested is None or (ctx.api_version == 0 and not requested):
-        topics = [_describe(ctx, t) for t in replicas.metadata.topics.values() if not t.internal]
+        # Internal topics too, flagged is_internal, as Kafka answers: clients filter by the flag.
+        topics = [_describe(ctx, t) for t in replicas.metadata.topics.values()]
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
         for entry in requested:
