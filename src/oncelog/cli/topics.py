@@ -6,14 +6,11 @@ Built on confluent-kafka's admin client, so it works against Apache Kafka as wel
 from __future__ import annotations
 
 import argparse
-import contextlib
 from typing import Any
 
 from oncelog.cli.console import add_bootstrap, describe_error, exits_quietly, fail
 
 TIMEOUT_S = 10.0
-#: Kafka's internal topics (`org.apache.kafka.common.internals.Topic`).
-INTERNAL_TOPICS = ("__consumer_offsets", "__transaction_state")
 
 
 def add_parsers(sub: Any) -> None:
@@ -92,17 +89,10 @@ def run_topics(args: argparse.Namespace) -> int:
 
 def _names(admin: Any, exclude_internal: bool) -> list[str]:
     """Every topic name, sorted; internal topics are those the brokers flag as internal."""
-    from confluent_kafka import KafkaException, TopicCollection
+    from confluent_kafka import TopicCollection
 
     names = set(admin.list_topics(timeout=TIMEOUT_S).topics)
     if not exclude_internal:
-        # oncelog's broker leaves internal topics out of an all-topics Metadata answer (Kafka
-        # lists them, flagged): ask for Kafka's internal topics by name (never auto-created).
-        unlisted = [t for t in INTERNAL_TOPICS if t not in names]
-        futures = admin.describe_topics(TopicCollection(unlisted)) if unlisted else {}
-        for future in futures.values():
-            with contextlib.suppress(KafkaException):  # not created yet
-                names.add(future.result(TIMEOUT_S).name)
         return sorted(names)
     if not names:
         return []
