@@ -1,13 +1,15 @@
 """The database sink's transaction (oncelog.spark.db_sink) without Spark: replays are skipped,
 a failure before commit leaves nothing, the history shows every write.
 
-SQLite always; PostgreSQL too when ONCELOG_TEST_POSTGRES_URL names a database to use (its
-three sink tables are dropped first) and psycopg is installed.
+SQLite always; PostgreSQL too: a server of its own started for the session from the machine's
+PostgreSQL binaries (tests/postgres_server.py), or the database ONCELOG_TEST_POSTGRES_URL names
+(its three sink tables are dropped first).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,8 +24,23 @@ from oncelog.spark.db_sink import (
     last_batch,
     write_batch,
 )
+from tests.postgres_server import PostgresServer, find_bin_dir
 
-POSTGRES_URL = os.environ.get("ONCELOG_TEST_POSTGRES_URL")
+
+@pytest.fixture(scope="module")
+def postgres_url() -> Iterator[str]:
+    url = os.environ.get("ONCELOG_TEST_POSTGRES_URL")
+    if url:
+        yield url
+        return
+    bin_dir = find_bin_dir()
+    if bin_dir is None:
+        pytest.skip("no PostgreSQL here (no initdb) and ONCELOG_TEST_POSTGRES_URL is unset")
+    server = PostgresServer(bin_dir).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -31,10 +48,7 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[Database, Dialec
     if request.param == "sqlite":
         conn, dialect = connect(str(tmp_path / "db.sqlite"))
     else:
-        if not POSTGRES_URL:
-            pytest.skip("set ONCELOG_TEST_POSTGRES_URL to test PostgreSQL")
-        pytest.importorskip("psycopg")
-        conn, dialect = connect(POSTGRES_URL)
+        conn, dialect = connect(request.getfixturevalue("postgres_url"))
         cur = conn.cursor()
         for table in ("averages", "averages_history", "sink_progress"):
             cur.execute(f"DROP TABLE IF EXISTS {table}")
