@@ -37,7 +37,8 @@ sys.path.insert(0, str(ROOT))
 from tests.broker_process import BrokerProcess  # noqa: E402
 
 from oncelog.cli.main import main as oncelog_main  # noqa: E402
-from oncelog.spark.pipeline import PipelineConfig, ensure_topic, spark_session, start  # noqa: E402
+from oncelog.cli.pipeline import ensure_topic  # noqa: E402
+from oncelog.spark.pipeline import PipelineConfig, spark_session, start  # noqa: E402
 
 SEMANTICS = ("exactly-once", "at-least-once")
 

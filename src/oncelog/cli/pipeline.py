@@ -116,6 +116,8 @@ def run_averages(args: argparse.Namespace) -> int:
     if missing is not None:
         print(SPARK_HINT.format(missing=missing), file=sys.stderr)
         return 2
+    if args.sink == "kafka":
+        ensure_topic(args.bootstrap_server, args.output, args.output_partitions)
     from oncelog.spark import command  # the one import of Spark code from the CLI, lazy
 
     return command.run_averages(args)
@@ -125,8 +127,7 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """Create `topic` unless it exists (so the one-command demo needs no manual step).
 
     Asks CreateTopics directly: a metadata lookup of a missing topic may auto-create it with
-    the broker's default partition count. (`oncelog.spark.pipeline` has the same helper; this
-    one serves `generate`, which must run without Spark.)
+    the broker's default partition count.
     """
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 

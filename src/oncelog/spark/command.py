@@ -14,7 +14,7 @@ import sys
 import threading
 from typing import Any
 
-from oncelog.spark.pipeline import PipelineConfig, ensure_topic, spark_session, start
+from oncelog.spark.pipeline import PipelineConfig, spark_session, start
 
 
 def pairs(items: list[str]) -> dict[str, str]:
@@ -84,8 +84,6 @@ def run_averages(args: argparse.Namespace) -> int:
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
-    if cfg.sink == "kafka":
-        ensure_topic(cfg.bootstrap, cfg.output_topic, args.output_partitions)
     conf = pairs(args.conf)
     spark = spark_session(args.master, conf)
     try:

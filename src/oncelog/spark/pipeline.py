@@ -245,20 +245,3 @@ def start(
     query = _trigger(writer, cfg).queryName(cfg.sink_id).start()
     sink.bind(str(query.id))
     return query
-
-
-def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
-    """Create `topic` unless it exists (so the one-command demo needs no manual step).
-
-    Asks CreateTopics directly: a metadata lookup of a missing topic may auto-create it with
-    the broker's default partition count.
-    """
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
-
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
-        try:
-            future.result(30)
-        except Exception as exc:
-            if "TOPIC_ALREADY_EXISTS" not in str(exc) and "already exists" not in str(exc):
-                raise
