@@ -1,4 +1,4 @@
-"""Seed 004's consume-transform-produce loop, exactly once: running per-key averages.
+"""A consume-transform-produce loop, exactly once: running per-key averages.
 
 Reads `key -> number` events from an input topic (read_committed, offsets managed by the
 transaction, not by the consumer), and for each event writes the key's running count, sum and
@@ -8,6 +8,9 @@ last committed transaction ended: no input is counted twice and none is lost. Th
 state is the output topic itself: on start the loop reads it (read_committed) to the end.
 
     python examples/eos_averages.py --bootstrap 127.0.0.1:9092 --input events --output averages
+
+An event that is not `key -> number` (no key, or a value that is not a number) is skipped with
+one line on stderr; its offset is committed like any other, so it is not read again.
 
 On an abortable error the transaction is aborted and the consumer rewound to the committed
 offsets (the in-memory state of the aborted transaction is dropped with it); a fencing error
@@ -69,12 +72,30 @@ def rewind(consumer: Consumer) -> None:
         consumer.seek(TopicPartition(tp.topic, tp.partition, max(tp.offset, 0)))
 
 
+def parse(msg: Any) -> tuple[str, float] | None:
+    """The event's (key, number), or None (with a line on stderr) if it is not one."""
+    try:
+        key, value = msg.key().decode(), float(msg.value())
+    except (AttributeError, TypeError, ValueError, UnicodeDecodeError):
+        key = value = None
+    if key is None or value is None or value != value:  # value != value: NaN
+        print(
+            f"skipped {msg.topic()}-{msg.partition()}@{msg.offset()}: not key -> number",
+            file=sys.stderr,
+        )
+        return None
+    return key, value
+
+
 def process(messages: list[Any], state: State, producer: Producer, output: str) -> State:
     updated = dict(state)
     for msg in messages:
-        key = msg.key().decode()
+        event = parse(msg)
+        if event is None:
+            continue
+        key, value = event
         count, total = updated.get(key, (0, 0.0))
-        count, total = count + 1, total + float(msg.value())
+        count, total = count + 1, total + value
         updated[key] = (count, total)
         producer.produce(
             output,

@@ -125,3 +125,42 @@ def test_averages_exactly_once_through_crashes(
         assert got[-1]["sum"] == pytest.approx(sum(inputs))
         assert got[-1]["avg"] == pytest.approx(sum(inputs) / len(inputs))
     assert len(results) == EVENTS
+
+
+def test_events_that_are_not_key_number_are_skipped(
+    broker_factory: type[BrokerProcess], tmp_path: Path
+) -> None:
+    """What a user may have in the topic already (unkeyed lines, words) is skipped with a line
+    each, not a traceback, and the numbers around it are counted once."""
+    broker = broker_factory(overrides=OVERRIDES).start()
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_topics(
+        [NewTopic("events", 1, 1), NewTopic("averages", 2, 1)]
+    ).values():
+        future.result(10)
+    producer = Producer({"bootstrap.servers": broker.bootstrap})
+    for key, value in [(None, "1"), ("a", "one"), ("a", "1"), ("b", "10"), ("a", "3")]:
+        producer.produce("events", key=key, value=value)
+    assert producer.flush(30) == 0
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(EXAMPLE),
+            "--bootstrap",
+            broker.bootstrap,
+            "--max-idle-s",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr
+    assert done.stderr.count("not key -> number") == 2, done.stderr
+    last = {key: result for key, result in read_output(broker)}
+    assert last == {
+        "a": {"count": 2, "sum": 4.0, "avg": 2.0},
+        "b": {"count": 1, "sum": 10.0, "avg": 10.0},
+    }
