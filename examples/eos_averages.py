@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from typing import Any
@@ -78,7 +79,7 @@ def parse(msg: Any) -> tuple[str, float] | None:
         key, value = msg.key().decode(), float(msg.value())
     except (AttributeError, TypeError, ValueError, UnicodeDecodeError):
         key = value = None
-    if key is None or value is None or value != value:  # value != value: NaN
+    if key is None or value is None or not math.isfinite(value):
         print(
             f"skipped {msg.topic()}-{msg.partition()}@{msg.offset()}: not key -> number",
             file=sys.stderr,
