@@ -129,6 +129,10 @@ def test_groups_describe_like_kafka_consumer_groups(broker: BrokerProcess) -> No
         for row in rows:
             assert row[6].startswith("lag-client-") and row[7] == "/127.0.0.1"
             assert row[8] == "lag-client"
+
+        code, out, _ = run(broker, "groups", "list")
+        assert code == 0
+        assert ["lagging", "Stable"] in table(out)  # Kafka's state names
     finally:
         consumer.close()
 

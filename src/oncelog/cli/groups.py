@@ -80,12 +80,23 @@ def run_groups(args: argparse.Namespace) -> int:
         return fail(str(exc))
 
 
+#: librdkafka's ConsumerGroupState names as Kafka's tools print them.
+KAFKA_STATE_NAMES = {
+    "PREPARING_REBALANCING": "PreparingRebalance",
+    "COMPLETING_REBALANCING": "CompletingRebalance",
+    "STABLE": "Stable",
+    "DEAD": "Dead",
+    "EMPTY": "Empty",
+    "UNKNOWN": "Unknown",
+}
+
+
 def _list(client: Any) -> int:
     result = client.list_consumer_groups().result(TIMEOUT_S)
     for error in result.errors:
         fail(describe_error(error))
     rows = [
-        (g.group_id, g.state.name if g.state else MISSING)
+        (g.group_id, KAFKA_STATE_NAMES.get(g.state.name, g.state.name) if g.state else MISSING)
         for g in sorted(result.valid, key=lambda g: g.group_id)
     ]
     print_table(("GROUP", "STATE"), rows)
