@@ -87,3 +87,63 @@ def test_help_without_spark() -> None:
         result = run(*args)
         assert result.returncode == 0, (args, result.stderr)
         assert "Traceback" not in result.stderr, (args, result.stderr)
+
+
+def test_pipeline_without_java_is_one_line(tmp_path: Path) -> None:
+    """PySpark installed but no JVM: one line naming Java 17+, not py4j's page of errors."""
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # no java on PATH, no JAVA_HOME
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oncelog",
+            "pipeline",
+            "averages",
+            "--input",
+            "e",
+            "--output",
+            "a",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            "--bootstrap-server",
+            "127.0.0.1:9",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
+    assert "Java 17+" in done.stderr and "no java on PATH" in done.stderr
+    old = tmp_path / "old-jdk" / "bin"
+    old.mkdir(parents=True)
+    (old / "java").write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
+    (old / "java").chmod(0o755)
+    env["JAVA_HOME"] = str(old.parent)
+    env["PATH"] = "/usr/bin:/bin"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "oncelog",
+            "pipeline",
+            "averages",
+            "--input",
+            "e",
+            "--output",
+            "a",
+            "--checkpoint",
+            str(tmp_path / "ck"),
+            "--bootstrap-server",
+            "127.0.0.1:9",
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "is Java 11" in done.stderr

@@ -20,8 +20,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
+import shutil
+import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 #: `oncelog.spark.pipeline.SEMANTICS`, repeated here so building the parser needs no Spark.
@@ -34,6 +39,11 @@ SPARK_HINT = (
     "oncelog pipeline averages needs PySpark ({missing} is not installed): "
     "pip install 'oncelog[spark]', and Java 17+ to run Spark"
 )
+JAVA_HINT = (
+    "oncelog pipeline averages needs Java 17+ to run Spark: {problem} "
+    "(install a JDK, e.g. Debian's openjdk-17-jre-headless, or set JAVA_HOME)"
+)
+MIN_JAVA = 17
 
 
 def add_parsers(sub: Any) -> None:
@@ -110,11 +120,40 @@ def missing_spark_module() -> str | None:
     return None
 
 
+def java_problem() -> str | None:
+    """Why Spark's JVM would not start here (no java, or older than 17), or None.
+
+    Spark finds java as `$JAVA_HOME/bin/java`, else on PATH; without this check a missing JVM
+    ends in a page of py4j errors.
+    """
+    home = os.environ.get("JAVA_HOME")
+    java = str(Path(home) / "bin" / "java") if home else shutil.which("java")
+    if java is None or not Path(java).exists():
+        return f"no java at {java}" if java else "no java on PATH and JAVA_HOME is not set"
+    try:
+        out = subprocess.run(
+            [java, "-version"], capture_output=True, text=True, timeout=30, check=False
+        ).stderr
+    except OSError as exc:
+        return f"{java} does not run ({exc.strerror})"
+    match = re.search(r'version "(\d+)(?:\.(\d+))?', out)
+    if match is None:
+        return None  # an unusual version line: let Spark try
+    major = int(match.group(1))
+    if major == 1 and match.group(2):  # "1.8.0_392" is Java 8
+        major = int(match.group(2))
+    return None if major >= MIN_JAVA else f"{java} is Java {major}"
+
+
 def run_averages(args: argparse.Namespace) -> int:
     """Run the Spark job; without the `[spark]` extra, one line saying what to install (2)."""
     missing = missing_spark_module()
     if missing is not None:
         print(SPARK_HINT.format(missing=missing), file=sys.stderr)
+        return 2
+    problem = java_problem()
+    if problem is not None:
+        print(JAVA_HINT.format(problem=problem), file=sys.stderr)
         return 2
     if args.sink == "kafka":
         ensure_topic(args.bootstrap_server, args.output, args.output_partitions)
