@@ -22,11 +22,13 @@ log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE
 
 
 class ConfigType(Enum):
     INT = "int"
     LONG = "long"
+    DOUBLE = "double"
     BOOLEAN = "boolean"
     STRING = "string"
     LIST = "list"
@@ -35,16 +37,17 @@ class ConfigType(Enum):
 @dataclass(frozen=True, slots=True)
 class ConfigDef:
     """One configuration key: its type, Kafka default, (for broker keys) topic synonym and
-    Kafka's validator: `at_least` (ConfigDef.Range.atLeast) or `one_of` (ValidString /
-    ValidList.in), so a value Kafka refuses is refused here too."""
+    Kafka's validator: `at_least` / `at_most` (ConfigDef.Range.atLeast / between) or `one_of`
+    (ValidString / ValidList.in), so a value Kafka refuses is refused here too."""
 
     name: str
     type: ConfigType
     default: str | None
     topic_name: str | None = None
     doc: str = ""
-    at_least: int | None = None
+    at_least: int | float | None = None
     one_of: tuple[str, ...] | None = None
+    at_most: int | float | None = None
 
 
 def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
@@ -93,6 +96,35 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("min.insync.replicas", C.INT, "1", "min.insync.replicas", at_least=1),
     ConfigDef(
         "compression.type", C.STRING, "producer", "compression.type", one_of=COMPRESSION_TYPES
+    ),
+    # Kafka's CleanerConfig keys; the topic synonyms are what a compacted topic overrides.
+    ConfigDef("log.cleaner.enable", C.BOOLEAN, "true"),
+    ConfigDef("log.cleaner.threads", C.INT, "1", at_least=0),
+    ConfigDef("log.cleaner.backoff.ms", C.LONG, "15000", at_least=0),
+    ConfigDef("log.cleaner.dedupe.buffer.size", C.LONG, "134217728"),
+    ConfigDef("log.cleaner.io.buffer.size", C.INT, "524288", at_least=0),
+    ConfigDef("log.cleaner.io.buffer.load.factor", C.DOUBLE, "0.9"),
+    ConfigDef("log.cleaner.io.max.bytes.per.second", C.DOUBLE, "1.7976931348623157E308"),
+    ConfigDef(
+        "log.cleaner.min.cleanable.ratio",
+        C.DOUBLE,
+        "0.5",
+        "min.cleanable.dirty.ratio",
+        at_least=0,
+        at_most=1,
+    ),
+    ConfigDef(
+        "log.cleaner.delete.retention.ms", C.LONG, "86400000", "delete.retention.ms", at_least=0
+    ),
+    ConfigDef(
+        "log.cleaner.min.compaction.lag.ms", C.LONG, "0", "min.compaction.lag.ms", at_least=0
+    ),
+    ConfigDef(
+        "log.cleaner.max.compaction.lag.ms",
+        C.LONG,
+        str(LONG_MAX),
+        "max.compaction.lag.ms",
+        at_least=1,
     ),
     ConfigDef("socket.request.max.bytes", C.INT, "104857600", at_least=1),
     ConfigDef("queued.max.requests", C.INT, "500", at_least=1),
@@ -174,9 +206,15 @@ TOPIC_ONLY_CONFIGS: dict[str, ConfigDef] = _defs(
 _BOOL = {"true": True, "false": False}
 _TOPIC_NAME_RE = re.compile(r"^[a-zA-Z0-9._-]{1,249}$")
 _INT_RE = re.compile(r"[+-]?[0-9]+")
+# Java's Double.parseDouble for decimal text (with its optional d/f suffix); NaN and the
+# infinities are refused, since no Kafka double key means anything with them.
+_DOUBLE_RE = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[dDfF]?")
 
 
-def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
+ConfigValue = int | float | bool | str | list[str]
+
+
+def parse_value(d: ConfigDef, raw: str) -> ConfigValue:
     """Parse one raw string value and apply the key's Kafka validator; raise InvalidConfig
     naming the key, the value and the bound (Kafka's ConfigException wording)."""
     text = raw.strip()
@@ -190,9 +228,16 @@ def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
             limit = INT_MAX if d.type is ConfigType.INT else LONG_MAX
             if not -limit - 1 <= value <= limit:
                 raise ValueError(text)
-            if d.at_least is not None and value < d.at_least:
-                raise _invalid(d, text, f"Value must be at least {d.at_least}")
+            _check_range(d, text, value)
             return value
+        if d.type is ConfigType.DOUBLE:
+            if not _DOUBLE_RE.fullmatch(text):
+                raise ValueError(text)
+            number = float(text.rstrip("dDfF"))
+            if number in (float("inf"), float("-inf")):
+                raise ValueError(text)
+            _check_range(d, text, number)
+            return number
         if d.type is ConfigType.BOOLEAN:
             return _BOOL[text.lower()]
     except (ValueError, KeyError) as exc:
@@ -204,6 +249,14 @@ def parse_value(d: ConfigDef, raw: str) -> int | bool | str | list[str]:
         return items
     _check_choice(d, text)
     return text
+
+
+def _check_range(d: ConfigDef, text: str, value: float) -> None:
+    """Kafka's Range validator (atLeast, or between when at_most is set too)."""
+    if d.at_least is not None and value < d.at_least:
+        raise _invalid(d, text, f"Value must be at least {d.at_least}")
+    if d.at_most is not None and value > d.at_most:
+        raise _invalid(d, text, f"Value must be no more than {d.at_most}")
 
 
 def _check_choice(d: ConfigDef, value: str) -> None:
@@ -275,7 +328,7 @@ class BrokerConfig:
         for key in self.unknown_keys():
             log.warning("The configuration '%s' was supplied but isn't a known config.", key)
 
-    def get(self, name: str) -> int | bool | str | list[str] | None:
+    def get(self, name: str) -> ConfigValue | None:
         d = BROKER_CONFIGS[name]
         raw = self.raw.get(name, d.default)
         return None if raw is None else parse_value(d, raw)
@@ -422,6 +475,16 @@ class LogConfig:
     min_insync_replicas: int = 1
     cleanup_policy: tuple[str, ...] = ("delete",)
     file_delete_delay_ms: int = 60000
+    min_cleanable_dirty_ratio: float = 0.5
+    min_compaction_lag_ms: int = 0
+    max_compaction_lag_ms: int = LONG_MAX
+    delete_retention_ms: int = 86_400_000
+
+    @property
+    def compact(self) -> bool:
+        """True when the cleaner keeps the latest record per key (cleanup.policy has compact);
+        such a topic also refuses records without a key."""
+        return "compact" in self.cleanup_policy
 
     @classmethod
     def from_topic_configs(cls, configs: Mapping[str, str]) -> LogConfig:
@@ -433,6 +496,8 @@ class LogConfig:
         policy = parsed.get("cleanup.policy", ["delete"])
         assert isinstance(policy, list)
         ts_type = str(parsed.get("message.timestamp.type", "CreateTime"))
+        ratio = parsed.get("min.cleanable.dirty.ratio", 0.5)
+        assert isinstance(ratio, float | int) and not isinstance(ratio, bool)
 
         base = cls()
 
@@ -455,6 +520,10 @@ class LogConfig:
             min_insync_replicas=num("min.insync.replicas"),
             cleanup_policy=tuple(policy),
             file_delete_delay_ms=num("file.delete.delay.ms"),
+            min_cleanable_dirty_ratio=float(ratio),
+            min_compaction_lag_ms=num("min.compaction.lag.ms"),
+            max_compaction_lag_ms=num("max.compaction.lag.ms"),
+            delete_retention_ms=num("delete.retention.ms"),
         )
         return config
 

@@ -428,3 +428,101 @@ def test_every_key_the_broker_reads_is_known() -> None:
     keys = set(re.findall(r"\"([a-z.]+)\"", text))
     assert "producer.state.max.entries" in keys and "oncelog.testing.crash.after.prepare" in keys
     assert keys <= set(BROKER_CONFIGS), keys - set(BROKER_CONFIGS)
+
+
+def test_cleaner_broker_keys_have_kafkas_defaults() -> None:
+    config = BrokerConfig({})
+    assert config.get("log.cleaner.enable") is True
+    assert config.get("log.cleaner.threads") == 1
+    assert config.get("log.cleaner.backoff.ms") == 15000
+    assert config.get("log.cleaner.dedupe.buffer.size") == 134217728
+    assert config.get("log.cleaner.io.buffer.size") == 524288
+    assert config.get("log.cleaner.io.buffer.load.factor") == 0.9
+    assert config.get("log.cleaner.io.max.bytes.per.second") == 1.7976931348623157e308
+    assert config.get("log.cleaner.min.cleanable.ratio") == 0.5
+    assert config.get("log.cleaner.delete.retention.ms") == 86400000
+    assert config.get("log.cleaner.min.compaction.lag.ms") == 0
+    assert config.get("log.cleaner.max.compaction.lag.ms") == LONG_MAX
+    defaults = config.topic_defaults()
+    assert defaults["min.cleanable.dirty.ratio"] == "0.5"
+    assert defaults["delete.retention.ms"] == "86400000"
+    assert defaults["min.compaction.lag.ms"] == "0"
+    assert defaults["max.compaction.lag.ms"] == str(LONG_MAX)
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("log.cleaner.min.cleanable.ratio", "1.5"),
+        ("log.cleaner.min.cleanable.ratio", "-0.1"),
+        ("log.cleaner.min.cleanable.ratio", "NaN"),
+        ("log.cleaner.min.cleanable.ratio", "half"),
+        ("log.cleaner.threads", "-1"),
+        ("log.cleaner.backoff.ms", "-1"),
+        ("log.cleaner.io.buffer.size", "-1"),
+        ("log.cleaner.delete.retention.ms", "-1"),
+        ("log.cleaner.min.compaction.lag.ms", "-1"),
+        ("log.cleaner.max.compaction.lag.ms", "0"),
+    ],
+)
+def test_cleaner_broker_keys_refuse_kafkas_bad_values(key: str, value: str) -> None:
+    with pytest.raises(InvalidConfig, match=key):
+        BrokerConfig({key: value})
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [("0", 0.0), ("1", 1.0), ("0.25", 0.25), (" .5 ", 0.5), ("1e-1", 0.1), ("0.75d", 0.75)],
+)
+def test_double_parses_like_java(text: str, value: float) -> None:
+    assert validate_topic_configs({"min.cleanable.dirty.ratio": text})
+    assert (
+        LogConfig.from_topic_configs({"min.cleanable.dirty.ratio": text}).min_cleanable_dirty_ratio
+        == value
+    )
+
+
+def test_double_bound_message_names_the_bound() -> None:
+    with pytest.raises(InvalidConfig, match="no more than 1"):
+        validate_topic_configs({"min.cleanable.dirty.ratio": "2"})
+    with pytest.raises(InvalidConfig, match="at least 0"):
+        validate_topic_configs({"min.cleanable.dirty.ratio": "-1"})
+
+
+def test_log_config_compaction_fields() -> None:
+    default = LogConfig.from_topic_configs({})
+    assert default.min_cleanable_dirty_ratio == 0.5
+    assert default.min_compaction_lag_ms == 0
+    assert default.max_compaction_lag_ms == LONG_MAX
+    assert default.delete_retention_ms == 86_400_000
+    assert not default.compact
+    config = LogConfig.from_topic_configs(
+        {
+            "cleanup.policy": "compact,delete",
+            "min.cleanable.dirty.ratio": "0.1",
+            "min.compaction.lag.ms": "100",
+            "max.compaction.lag.ms": "5000",
+            "delete.retention.ms": "1000",
+        }
+    )
+    assert config.compact
+    assert config.cleanup_policy == ("compact", "delete")
+    assert config.min_cleanable_dirty_ratio == 0.1
+    assert config.min_compaction_lag_ms == 100
+    assert config.max_compaction_lag_ms == 5000
+    assert config.delete_retention_ms == 1000
+    assert LogConfig.from_topic_configs({"cleanup.policy": "compact"}).compact
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("delete.retention.ms", "-1"),
+        ("min.compaction.lag.ms", "-1"),
+        ("max.compaction.lag.ms", "0"),
+        ("min.cleanable.dirty.ratio", "1.01"),
+    ],
+)
+def test_compaction_topic_keys_refuse_kafkas_bad_values(key: str, value: str) -> None:
+    with pytest.raises(InvalidConfig, match=key):
+        validate_topic_configs({key: value})

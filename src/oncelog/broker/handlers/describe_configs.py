@@ -22,6 +22,7 @@ _TYPE_CODES = {
     ConfigType.STRING: 2,
     ConfigType.INT: 3,
     ConfigType.LONG: 5,
+    ConfigType.DOUBLE: 6,
     ConfigType.LIST: 7,
 }
 
