@@ -109,6 +109,10 @@ def _drain(stream: object) -> None:
         pass
 
 
+class NotInjected(Exception):
+    """start() found nothing to hit (e.g. no writer alive to crash): no fault window."""
+
+
 class Fault(ABC):
     """One kind of fault against one target: start() injects it, heal() undoes it (idempotent)."""
 
@@ -121,7 +125,8 @@ class Fault(ABC):
 
     @abstractmethod
     def start(self) -> str | None:
-        """Inject the fault; returns a detail for the history."""
+        """Inject the fault; returns a detail for the history. Raises NotInjected when there
+        is nothing to hit, so no fault window is recorded for it."""
 
     @abstractmethod
     def heal(self) -> str | None:
@@ -212,7 +217,7 @@ class ClientCrashFault(Fault):
             if victim.alive:
                 self._victim, self._last = victim, victim.base
                 return victim.crash()
-        return None
+        raise NotInjected("no writer client is alive to crash")
 
     def heal(self) -> str | None:
         victim, self._victim = self._victim, None

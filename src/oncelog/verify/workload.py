@@ -28,7 +28,13 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from oncelog.verify import history as h
-from oncelog.verify.faults import Fault, LocalBroker, check_fault_names, make_faults
+from oncelog.verify.faults import (
+    Fault,
+    LocalBroker,
+    NotInjected,
+    check_fault_names,
+    make_faults,
+)
 from oncelog.verify.mock_cluster import MockCluster
 from oncelog.verify.worker import ProcessClient, WorkerSpec
 
@@ -666,7 +672,11 @@ class Run:
                 break
             if time.monotonic() + cfg.fault_duration + 1 > end:
                 break
-            self.fault_op(fault, "start", fault.start())
+            try:
+                detail = fault.start()
+            except NotInjected:
+                continue  # nothing to hit this round: no fault window
+            self.fault_op(fault, "start", detail)
             self.stop.wait(cfg.fault_duration)
             self.fault_op(fault, "end", fault.heal())
         self.faults_done.set()
