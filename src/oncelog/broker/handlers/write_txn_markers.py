@@ -8,6 +8,7 @@ partition path the local coordinator uses, so epoch fencing applies.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from oncelog.broker.context import RequestContext
@@ -15,6 +16,8 @@ from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -53,6 +56,11 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                         )
                     except KafkaError as exc:
                         code = exc.code
+                    except OSError as exc:
+                        # The disk refused the marker (the log takes it back): this partition
+                        # answers KAFKA_STORAGE_ERROR and the sender retries; the others stand.
+                        log.error("%s: marker not written: %s", tp, exc)
+                        code = ErrorCode.kafka_storage_error
                 partitions.append({"partition_index": index, "error_code": code})
             topics.append({"name": topic.name, "partitions": partitions})
         results.append({"producer_id": marker.producer_id, "topics": topics})
