@@ -8,6 +8,7 @@ import pytest
 
 from oncelog.errors import (
     CorruptMessage,
+    ErrorCode,
     InvalidRecord,
     KafkaError,
     MessageTooLarge,
@@ -16,7 +17,7 @@ from oncelog.errors import (
 from oncelog.protocol.records.batch import HEADER_SIZE, build_batch, compute_crc
 from oncelog.protocol.records.compression import Codec, compress
 from oncelog.protocol.records.record import encode_record
-from oncelog.storage.validator import validate_produce_records
+from oncelog.storage.validator import KeylessRecords, validate_produce_records
 from tests.storage.util import make_batch
 
 MAX = 1 << 20
@@ -136,3 +137,35 @@ def test_transactional_batch_with_producer_id_is_accepted() -> None:
         base_sequence=0,
     )
     assert validate_produce_records(batch, MAX).batches[0][1].is_transactional
+
+
+def _keyed(keys: list[bytes | None], codec: Codec = Codec.NONE) -> bytes:
+    body = b"".join(encode_record(offset_delta=i, key=k, value=b"v") for i, k in enumerate(keys))
+    return _raw(compress(codec, body), len(keys), attributes=int(codec))
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_compacted_topic_refuses_records_without_a_key(codec: Codec) -> None:
+    data = _keyed([b"a", None, b"c", None, None, None], codec)
+    validate_produce_records(data, MAX)  # not compacted: keys are not looked at
+    with pytest.raises(KeylessRecords) as info:
+        validate_produce_records(data, MAX, compacted=True)
+    assert info.value.code == ErrorCode.invalid_record
+    assert info.value.indexes == [1, 3, 4, 5]
+    why = "Compacted topic cannot accept message without key in topic partition t-0"
+    assert info.value.record_errors("t-0")[0] == (1, why)
+    message = info.value.kafka_message("t-0")
+    assert message.startswith("One or more records have been rejected due to 4 record errors")
+    assert message.count("RecordError(batchIndex=") == 3  # Kafka shows three at most
+
+
+@pytest.mark.parametrize("codec", list(Codec))
+def test_compacted_topic_accepts_keyed_records(codec: Codec) -> None:
+    data = _keyed([b"a", b"", b"c"], codec)  # an empty key is a key, as in Kafka
+    assert validate_produce_records(data, MAX, compacted=True).record_count == 3
+
+
+def test_broker_appends_to_compacted_topics_are_not_key_checked() -> None:
+    # Coordinators and control markers: the replica manager passes compacted=False for them.
+    data = _keyed([None], Codec.NONE)
+    validate_produce_records(data, MAX, client=False)

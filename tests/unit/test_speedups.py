@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from oncelog.protocol.records import record
 from oncelog.protocol.records.record import (
+    KeylessRecordsError,
     RecordFormatError,
     check_records,
     check_records_python,
@@ -57,3 +58,59 @@ def test_garbage_is_refused_the_same_way(data: bytes) -> None:
     assert outcome(check_records, data, 0, len(data), 1) == outcome(
         check_records_python, data, 0, len(data), 1
     )
+
+
+def outcome_keyed(fn: object, buf: bytes, start: int, end: int, count: int) -> object:
+    try:
+        fn(buf, start, end, count, True)  # type: ignore[operator]
+    except KeylessRecordsError as exc:
+        return ("keyless", exc.indexes)
+    except RecordFormatError as exc:
+        return str(exc)
+    return None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    records=st.lists(
+        st.tuples(st.none() | st.binary(max_size=8), st.binary(max_size=20)), min_size=1, max_size=8
+    ),
+    flips=st.lists(st.tuples(st.integers(0, 300), st.integers(0, 255)), max_size=2),
+    count_delta=st.integers(-1, 1),
+)
+def test_c_and_python_agree_on_keys(
+    records: list[tuple[bytes | None, bytes]], flips: list[tuple[int, int]], count_delta: int
+) -> None:
+    buf = bytearray(
+        b"".join(encode_record(offset_delta=i, key=k, value=v) for i, (k, v) in enumerate(records))
+    )
+    for pos, byte in flips:
+        if pos < len(buf):
+            buf[pos] = byte
+    data = bytes(buf)
+    count = max(0, len(records) + count_delta)
+    assert outcome_keyed(check_records, data, 0, len(data), count) == outcome_keyed(
+        check_records_python, data, 0, len(data), count
+    )
+
+
+def test_keyless_records_are_listed_and_only_when_asked() -> None:
+    data = b"".join(
+        encode_record(offset_delta=i, key=k, value=b"v")
+        for i, k in enumerate([b"a", None, b"", None])
+    )
+    for fn in (check_records, check_records_python):
+        fn(data, 0, len(data), 4)  # no key check for a topic that is not compacted
+        with pytest.raises(KeylessRecordsError) as info:
+            fn(data, 0, len(data), 4, True)
+        assert info.value.indexes == [1, 3]  # an empty key is a key
+
+
+def test_a_malformed_record_wins_over_a_missing_key() -> None:
+    data = encode_record(offset_delta=0, key=None, value=b"v") + encode_record(
+        offset_delta=5, key=b"k", value=b"v"
+    )
+    for fn in (check_records, check_records_python):
+        with pytest.raises(RecordFormatError, match="offset delta 5") as info:
+            fn(data, 0, len(data), 2, True)
+        assert not isinstance(info.value, KeylessRecordsError)

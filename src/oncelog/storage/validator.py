@@ -6,7 +6,8 @@ part of a request. A client's data must be exactly one batch, as Kafka's LogVali
 requires of magic v2: a Produce answer has one base offset per partition, so several batches
 could not each be acknowledged for what happened to them. Costs per batch: header parsing and
 a C CRC32C; records are walked only to check the count and offset deltas (uncompressed in
-place, compressed after a capped decompression).
+place, compressed after a capped decompression), and for a compacted topic their keys, in the
+same C walk, as Kafka refuses a record without a key there: the cleaner could never drop it.
 """
 
 from __future__ import annotations
@@ -31,9 +32,32 @@ from oncelog.protocol.records.batch import (
     peek_prefix,
 )
 from oncelog.protocol.records.compression import Codec, DecompressionError, decompress
-from oncelog.protocol.records.record import RecordFormatError, check_records
+from oncelog.protocol.records.record import KeylessRecordsError, RecordFormatError, check_records
 
 _MIN_LEGACY_LENGTH = 14  # the smallest magic v0 message after its offset and length
+
+
+class KeylessRecords(InvalidRecord):
+    """Records without a key produced to a compacted topic; `indexes` are their positions in
+    the batch, which the Produce response lists in record_errors as Kafka does."""
+
+    def __init__(self, indexes: list[int]) -> None:
+        super().__init__(f"{len(indexes)} records without a key for a compacted topic")
+        self.indexes = indexes
+
+    def record_errors(self, partition: str) -> list[tuple[int, str]]:
+        """(batch index, message) per keyless record, in Kafka's words (LogValidator)."""
+        why = f"Compacted topic cannot accept message without key in topic partition {partition}"
+        return [(index, why) for index in self.indexes]
+
+    def kafka_message(self, partition: str) -> str:
+        """The partition's error message, as Kafka's RecordValidationException words it."""
+        errors = self.record_errors(partition)
+        shown = ", ".join(f"RecordError(batchIndex={i}, message='{m}')" for i, m in errors[:3])
+        return (
+            f"One or more records have been rejected due to {len(errors)} record errors in "
+            f"total, and only showing the first three errors at most: [{shown}]"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,12 +70,14 @@ class ValidatedRecords:
 
 
 def validate_produce_records(
-    data: bytes, max_message_bytes: int, *, client: bool = True
+    data: bytes, max_message_bytes: int, *, client: bool = True, compacted: bool = False
 ) -> ValidatedRecords:
     """Check every batch in `data`; raise the first error as a typed KafkaError.
 
     `client`: the data came in a Produce request and must be one batch (INVALID_RECORD
     otherwise, as Kafka). The broker's own appends (coordinator records) may carry several.
+    `compacted`: the topic's cleanup.policy has compact; every record needs a key
+    (KeylessRecords, an INVALID_RECORD, otherwise).
     Errors come in Kafka's order: sizes and CRCs of all batches, then the batch count, then
     each batch's contents.
     """
@@ -76,7 +102,7 @@ def validate_produce_records(
         )
     records = 0
     for pos, header in batches:
-        _check_batch(data, pos, header)
+        _check_batch(data, pos, header, compacted)
         records += header.record_count
     return ValidatedRecords(data, batches, records)
 
@@ -101,7 +127,7 @@ def _checked_header(data: bytes, pos: int) -> BatchHeader:
     return parse_header(data, pos)
 
 
-def _check_batch(data: bytes, pos: int, header: BatchHeader) -> None:
+def _check_batch(data: bytes, pos: int, header: BatchHeader, compacted: bool) -> None:
     """The contents of one batch whose size and CRC were checked."""
     if header.is_control:
         raise InvalidRecord("clients are not allowed to write control records")
@@ -118,11 +144,13 @@ def _check_batch(data: bytes, pos: int, header: BatchHeader) -> None:
     body_start, body_end = pos + HEADER_SIZE, pos + header.size
     try:
         if codec == Codec.NONE:
-            check_records(data, body_start, body_end, header.record_count)
+            check_records(data, body_start, body_end, header.record_count, compacted)
         else:
             plain = decompress(codec, memoryview(data)[body_start:body_end])
-            check_records(plain, 0, len(plain), header.record_count)
+            check_records(plain, 0, len(plain), header.record_count, compacted)
     except DecompressionError as exc:
         raise CorruptMessage(str(exc)) from exc
+    except KeylessRecordsError as exc:
+        raise KeylessRecords(exc.indexes) from exc
     except RecordFormatError as exc:
         raise InvalidRecord(str(exc)) from exc

@@ -13,6 +13,7 @@ from typing import Any
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.storage.validator import KeylessRecords
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -49,6 +50,18 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                     log_start_offset=info.log_start_offset,
                 )
                 appended.append(tp)
+            except KeylessRecords as exc:
+                failed = True
+                log.debug("produce to %s refused: %s", tp, exc)
+                # Kafka names each refused record by its index in the batch (KIP-467).
+                entry.update(
+                    error_code=exc.code,
+                    error_message=exc.kafka_message(str(tp)),
+                    record_errors=[
+                        {"batch_index": index, "batch_index_error_message": why}
+                        for index, why in exc.record_errors(str(tp))
+                    ],
+                )
             except KafkaError as exc:
                 failed = True
                 log.debug("produce to %s refused: %s", tp, exc)

@@ -1,7 +1,8 @@
 /* C version of oncelog.protocol.records.record.check_records: walks the records of a v2
  * batch (length varint, attributes, timestampDelta varlong, offsetDelta varint) to check the
- * count and the offset deltas without a Python-level loop per record. Same rules and messages
- * as the Python version, which stays the reference and the fallback. */
+ * count and the offset deltas without a Python-level loop per record. With require_key (a
+ * compacted topic) it also reads each key's length varint and counts null keys. Same rules and
+ * messages as the Python version, which stays the reference and the fallback. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
@@ -27,8 +28,13 @@ static PyObject *check_records(PyObject *self, PyObject *args)
 {
     Py_buffer view;
     Py_ssize_t start, end, count;
-    if (!PyArg_ParseTuple(args, "y*nnn", &view, &start, &end, &count))
+    int require_key = 0;
+    if (!PyArg_ParseTuple(args, "y*nnn|p", &view, &start, &end, &count, &require_key))
         return NULL;
+    /* Null keys do not stop the walk: a malformed later record is reported first, as Kafka's
+     * record iteration fails before its per-record errors are gathered. */
+    Py_ssize_t first_keyless = -1;
+    int64_t keyless = 0;
     const unsigned char *buf = (const unsigned char *)view.buf;
     const char *error = NULL;
     Py_ssize_t index = 0;
@@ -62,11 +68,27 @@ static PyObject *check_records(PyObject *self, PyObject *args)
             bad = offset_delta;
             goto done;
         }
+        if (require_key) {
+            int64_t key_length;
+            if (read_varint(buf, &p, record_end, &key_length) < 0) {
+                error = "varint overruns the record or is longer than 10 bytes";
+                goto done;
+            }
+            if (key_length < 0) {
+                if (first_keyless < 0)
+                    first_keyless = index;
+                keyless++;
+            }
+        }
         pos = record_end;
     }
     if (pos != end) {
         error = "trailing";
         bad = end - pos;
+    } else if (first_keyless >= 0) {
+        error = "nokey";
+        index = first_keyless;
+        bad = keyless;
     }
 done:
     PyBuffer_Release(&view);
@@ -78,7 +100,8 @@ done:
 
 static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS,
-     "Walk the records of a batch; return None, or (problem, record index, value)."},
+     "check_records(buf, start, end, count, require_key=False): walk the records of a batch; "
+     "return None, or (problem, record index, value)."},
     {NULL, NULL, 0, NULL},
 };
 

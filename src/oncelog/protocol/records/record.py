@@ -21,6 +21,18 @@ class RecordFormatError(ValueError):
     """The records of a batch are not what its header claims."""
 
 
+class KeylessRecordsError(RecordFormatError):
+    """Records without a key in a batch for a compacted topic (Kafka's validateKey).
+
+    `indexes` are the positions in the batch of every keyless record, as Kafka lists them in
+    the Produce response's record_errors.
+    """
+
+    def __init__(self, indexes: list[int]) -> None:
+        super().__init__(f"{len(indexes)} records without a key, the first at index {indexes[0]}")
+        self.indexes = indexes
+
+
 def zigzag(value: int) -> int:
     return (value << 1) ^ (value >> 63)
 
@@ -80,8 +92,16 @@ def encode_record(
     return encode_varint(len(body)) + bytes(body)
 
 
-def check_records(buf: bytes | bytearray | memoryview, start: int, end: int, count: int) -> None:
-    """Check that `buf[start:end]` holds exactly `count` records with offset deltas 0..count-1.
+def check_records(
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    count: int,
+    require_key: bool = False,
+) -> None:
+    """Check that `buf[start:end]` holds exactly `count` records with offset deltas 0..count-1
+    and, with `require_key` (a compacted topic), that each has a key (else KeylessRecordsError,
+    raised only when the records are well-formed otherwise).
 
     Walks the length prefix and the offset delta of each record; the CRC already vouches that
     these bytes are what the producer built, so this only rejects producers that built them
@@ -90,11 +110,15 @@ def check_records(buf: bytes | bytearray | memoryview, start: int, end: int, cou
     Python with the same rules.
     """
     if _speedups is None:
-        check_records_python(buf, start, end, count)
+        check_records_python(buf, start, end, count, require_key)
         return
-    problem = _speedups.check_records(buf, start, end, count)
+    problem = _speedups.check_records(buf, start, end, count, require_key)
     if problem is not None:
         kind, index, value = problem
+        if kind == "nokey":
+            # Rare (a refused produce): the Python walk lists every keyless record.
+            check_records_python(buf, start, end, count, require_key)
+            raise AssertionError("the C and Python record walks disagree")  # pragma: no cover
         messages = {
             "overruns": f"record {index} of length {value} overruns batch",
             "delta": f"record offset delta {value}, expected {index}",
@@ -104,10 +128,15 @@ def check_records(buf: bytes | bytearray | memoryview, start: int, end: int, cou
 
 
 def check_records_python(
-    buf: bytes | bytearray | memoryview, start: int, end: int, count: int
+    buf: bytes | bytearray | memoryview,
+    start: int,
+    end: int,
+    count: int,
+    require_key: bool = False,
 ) -> None:
     """The reference implementation of `check_records`."""
     pos = start
+    keyless: list[int] = []
     for expected_delta in range(count):
         length, body = decode_varint(buf, pos, end)
         record_end = body + length
@@ -115,12 +144,16 @@ def check_records_python(
             raise RecordFormatError(f"record {expected_delta} of length {length} overruns batch")
         # attributes (1 byte), then timestampDelta varlong, then offsetDelta varint
         _, after_ts = decode_varint(buf, body + 1, record_end)
-        delta, _ = decode_varint(buf, after_ts, record_end)
+        delta, after_delta = decode_varint(buf, after_ts, record_end)
         if delta != expected_delta:
             raise RecordFormatError(f"record offset delta {delta}, expected {expected_delta}")
+        if require_key and decode_varint(buf, after_delta, record_end)[0] < 0:
+            keyless.append(expected_delta)
         pos = record_end
     if pos != end:
         raise RecordFormatError(f"{end - pos} bytes after the last of {count} records")
+    if keyless:
+        raise KeylessRecordsError(keyless)
 
 
 def record_offsets_and_timestamps(
