@@ -178,7 +178,10 @@ class ReplicaManager:
         """
         plog = self.partition(tp)
         validated = validate_produce_records(
-            records, plog.config.max_message_bytes, client=not coordinator
+            records,
+            plog.config.max_message_bytes,
+            client=not coordinator,
+            compacted=plog.config.compact and not coordinator,
         )
         for _, header in validated.batches:
             if header.is_transactional and not coordinator:
