@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
 from pathlib import Path
@@ -48,6 +48,11 @@ class ConfigDef:
     at_least: int | float | None = None
     one_of: tuple[str, ...] | None = None
     at_most: int | float | None = None
+    #: A value allowed outside [at_least, at_most] (gzip's level -1, "the codec's default").
+    or_equal: int | None = None
+    #: Kafka's special-purpose validators (throttled replica lists, metadata versions): return
+    #: why the parsed value is refused, or None.
+    check: Callable[[object], str | None] | None = None
 
 
 def _defs(*items: ConfigDef) -> dict[str, ConfigDef]:
@@ -59,6 +64,28 @@ C = ConfigType
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("compact", "delete")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
+_VERSION_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:-IV[0-9]+)?")
+_REPLICA_RE = re.compile(r"(?:[0-9]+:[0-9]+)?")
+
+
+def _throttled_replicas(value: object) -> str | None:
+    """Kafka's ThrottledReplicaListValidator: '*' or partitionId:brokerId pairs."""
+    assert isinstance(value, list)
+    if "".join(value) == "*" or all(_REPLICA_RE.fullmatch(item) for item in value):
+        return None
+    return (
+        "must be the literal '*' or a list of replicas in the following format: "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],..."
+    )
+
+
+def _metadata_version(value: object) -> str | None:
+    """The shape of Kafka's MetadataVersion strings (0.10.2, 2.8-IV1, 3.0-IV1); the value is
+    deprecated and ignored by Kafka 3 for v2 records, so the exact list is not checked."""
+    if isinstance(value, str) and _VERSION_RE.fullmatch(value):
+        return None
+    return f"Unknown metadata.version '{value}'"
+
 
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("node.id", C.INT, "1", at_least=0, doc="Id of this broker."),
@@ -73,6 +100,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.segment.bytes", C.INT, "1073741824", "segment.bytes", at_least=14),
     ConfigDef("log.roll.ms", C.LONG, None, "segment.ms", at_least=1),
     ConfigDef("log.roll.hours", C.INT, "168", at_least=1),
+    ConfigDef("log.roll.jitter.ms", C.LONG, None, "segment.jitter.ms", at_least=0),
+    ConfigDef("log.roll.jitter.hours", C.INT, "0", at_least=0),
     ConfigDef("log.retention.ms", C.LONG, None, "retention.ms"),
     ConfigDef("log.retention.minutes", C.INT, None),
     ConfigDef("log.retention.hours", C.INT, "168"),
@@ -92,10 +121,66 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         one_of=TIMESTAMP_TYPES,
     ),
     ConfigDef("log.segment.delete.delay.ms", C.LONG, "60000", "file.delete.delay.ms", at_least=0),
+    ConfigDef("log.preallocate", C.BOOLEAN, "false", "preallocate"),
+    ConfigDef(
+        "log.message.format.version",
+        C.STRING,
+        "3.0-IV1",
+        "message.format.version",
+        check=_metadata_version,
+    ),
+    ConfigDef(
+        "log.message.timestamp.difference.max.ms",
+        C.LONG,
+        str(LONG_MAX),
+        "message.timestamp.difference.max.ms",
+        at_least=0,
+    ),
+    ConfigDef(
+        "log.message.timestamp.before.max.ms",
+        C.LONG,
+        str(LONG_MAX),
+        "message.timestamp.before.max.ms",
+        at_least=0,
+    ),
+    ConfigDef(
+        "log.message.timestamp.after.max.ms",
+        C.LONG,
+        str(LONG_MAX),
+        "message.timestamp.after.max.ms",
+        at_least=0,
+    ),
+    ConfigDef(
+        "log.message.downconversion.enable", C.BOOLEAN, "true", "message.downconversion.enable"
+    ),
+    ConfigDef("log.local.retention.ms", C.LONG, "-2", "local.retention.ms", at_least=-2),
+    ConfigDef("log.local.retention.bytes", C.LONG, "-2", "local.retention.bytes", at_least=-2),
+    ConfigDef(
+        "unclean.leader.election.enable", C.BOOLEAN, "false", "unclean.leader.election.enable"
+    ),
     ConfigDef("message.max.bytes", C.INT, "1048588", "max.message.bytes", at_least=0),
     ConfigDef("min.insync.replicas", C.INT, "1", "min.insync.replicas", at_least=1),
     ConfigDef(
         "compression.type", C.STRING, "producer", "compression.type", one_of=COMPRESSION_TYPES
+    ),
+    # Kafka's CompressionType level validators (KIP-390).
+    ConfigDef(
+        "compression.gzip.level",
+        C.INT,
+        "-1",
+        "compression.gzip.level",
+        at_least=1,
+        at_most=9,
+        or_equal=-1,
+    ),
+    ConfigDef("compression.lz4.level", C.INT, "9", "compression.lz4.level", at_least=1, at_most=17),
+    ConfigDef(
+        "compression.zstd.level",
+        C.INT,
+        "3",
+        "compression.zstd.level",
+        at_least=-131072,
+        at_most=22,
     ),
     # Kafka's CleanerConfig keys; the topic synonyms are what a compacted topic overrides.
     ConfigDef("log.cleaner.enable", C.BOOLEAN, "true"),
@@ -196,11 +281,13 @@ KAFKA_UNUSED_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("share.coordinator.state.topic.min.isr", C.INT, "2", at_least=1),
 )
 
-# Topic-level keys that have no broker-level synonym with a different name.
+# Topic-level keys of Kafka's LogConfig without a broker-level synonym.
 TOPIC_ONLY_CONFIGS: dict[str, ConfigDef] = _defs(
-    ConfigDef("message.timestamp.difference.max.ms", C.LONG, str(LONG_MAX), at_least=0),
-    ConfigDef("unclean.leader.election.enable", C.BOOLEAN, "false"),
-    ConfigDef("preallocate", C.BOOLEAN, "false"),
+    ConfigDef("leader.replication.throttled.replicas", C.LIST, "", check=_throttled_replicas),
+    ConfigDef("follower.replication.throttled.replicas", C.LIST, "", check=_throttled_replicas),
+    ConfigDef("remote.storage.enable", C.BOOLEAN, "false"),
+    ConfigDef("remote.log.copy.disable", C.BOOLEAN, "false"),
+    ConfigDef("remote.log.delete.on.disable", C.BOOLEAN, "false"),
 )
 
 _BOOL = {"true": True, "false": False}
@@ -228,7 +315,8 @@ def parse_value(d: ConfigDef, raw: str) -> ConfigValue:
             limit = INT_MAX if d.type is ConfigType.INT else LONG_MAX
             if not -limit - 1 <= value <= limit:
                 raise ValueError(text)
-            _check_range(d, text, value)
+            if value != d.or_equal:
+                _check_range(d, text, value)
             return value
         if d.type is ConfigType.DOUBLE:
             if not _DOUBLE_RE.fullmatch(text):
@@ -246,13 +334,27 @@ def parse_value(d: ConfigDef, raw: str) -> ConfigValue:
         items = [item.strip() for item in text.split(",") if item.strip()]
         for item in items:
             _check_choice(d, item)
+        _check_custom(d, text, items)
         return items
     _check_choice(d, text)
+    _check_custom(d, text, text)
     return text
+
+
+def _check_custom(d: ConfigDef, text: str, value: object) -> None:
+    why = d.check(value) if d.check is not None else None
+    if why is not None:
+        raise _invalid(d, text, why)
 
 
 def _check_range(d: ConfigDef, text: str, value: float) -> None:
     """Kafka's Range validator (atLeast, or between when at_most is set too)."""
+    if d.or_equal is not None and (value < (d.at_least or 0) or value > (d.at_most or 0)):
+        raise _invalid(
+            d,
+            text,
+            f"Value must be between {d.at_least} and {d.at_most} or equal to {d.or_equal}",
+        )
     if d.at_least is not None and value < d.at_least:
         raise _invalid(d, text, f"Value must be at least {d.at_least}")
     if d.at_most is not None and value > d.at_most:
@@ -318,6 +420,7 @@ class BrokerConfig:
                 parse_value(d, value)
         self.listener  # noqa: B018 - validate eagerly
         self._retention_ms()
+        _check_log_config(LogConfig.from_topic_configs(self.topic_defaults()))
 
     def unknown_keys(self) -> list[str]:
         """Keys neither oncelog nor the Kafka keys it ignores know: most likely typos."""
@@ -404,6 +507,7 @@ class BrokerConfig:
                 if value is not None:
                     out[d.topic_name] = value
         out["segment.ms"] = str(self._roll_ms())
+        out["segment.jitter.ms"] = str(self._roll_jitter_ms())
         out["retention.ms"] = str(self._retention_ms())
         if "flush.ms" not in out:
             out["flush.ms"] = str(LONG_MAX)
@@ -411,6 +515,11 @@ class BrokerConfig:
             assert d.default is not None
             out[d.name] = d.default
         return out
+
+    def _roll_jitter_ms(self) -> int:
+        if self.is_set("log.roll.jitter.ms"):
+            return self.get_int("log.roll.jitter.ms")
+        return self.get_int("log.roll.jitter.hours") * 3_600_000
 
     def _roll_ms(self) -> int:
         if self.is_set("log.roll.ms"):
@@ -454,6 +563,7 @@ TOPIC_CONFIG_DEFS: dict[str, ConfigDef] = {
     "segment.ms": ConfigDef("segment.ms", C.LONG, None, at_least=1),
     "retention.ms": ConfigDef("retention.ms", C.LONG, None, at_least=-1),
     "flush.ms": ConfigDef("flush.ms", C.LONG, None, at_least=0),
+    "segment.jitter.ms": ConfigDef("segment.jitter.ms", C.LONG, None, at_least=0),
     **TOPIC_ONLY_CONFIGS,
 }
 
@@ -528,8 +638,14 @@ class LogConfig:
         return config
 
 
-def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
-    """Check topic-level overrides as CreateTopics/AlterConfigs get them; drop nulls."""
+def validate_topic_configs(
+    configs: Mapping[str, str | None], defaults: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """Check topic-level overrides as CreateTopics/AlterConfigs get them; drop nulls.
+
+    `defaults`: the broker's topic defaults, which Kafka's cross-key rules see under the
+    overrides (a broker max.compaction.lag.ms bounds a topic's min.compaction.lag.ms).
+    """
     out: dict[str, str] = {}
     for key, value in configs.items():
         if value is None:
@@ -539,8 +655,26 @@ def validate_topic_configs(configs: Mapping[str, str | None]) -> dict[str, str]:
             raise InvalidConfig(f"Unknown topic config name: {key}")
         parse_value(d, value)
         out[key] = value
-    LogConfig.from_topic_configs(out)
+    config = LogConfig.from_topic_configs({**(defaults or {}), **out})
+    _check_log_config(config)
+    if parse_value(
+        TOPIC_CONFIG_DEFS["remote.storage.enable"], out.get("remote.storage.enable", "false")
+    ):
+        # Kafka with remote.log.storage.system.enable=false, which oncelog always is.
+        raise InvalidConfig(
+            "Tiered Storage functionality is disabled in the broker. "
+            "Topic cannot be configured with remote log storage."
+        )
     return out
+
+
+def _check_log_config(config: LogConfig) -> None:
+    """Kafka's LogConfig.validateValues: the rules across keys."""
+    if config.min_compaction_lag_ms > config.max_compaction_lag_ms:
+        raise InvalidConfig(
+            f"conflict topic config setting min.compaction.lag.ms ({config.min_compaction_lag_ms})"
+            f" > max.compaction.lag.ms ({config.max_compaction_lag_ms})"
+        )
 
 
 def validate_topic_name(name: str) -> None:

@@ -526,3 +526,132 @@ def test_log_config_compaction_fields() -> None:
 def test_compaction_topic_keys_refuse_kafkas_bad_values(key: str, value: str) -> None:
     with pytest.raises(InvalidConfig, match=key):
         validate_topic_configs({key: value})
+
+
+# Every topic config of Kafka's LogConfig (Kafka 3.9 / 4.0), with its default.
+KAFKA_TOPIC_DEFAULTS = {
+    "cleanup.policy": "delete",
+    "compression.gzip.level": "-1",
+    "compression.lz4.level": "9",
+    "compression.type": "producer",
+    "compression.zstd.level": "3",
+    "delete.retention.ms": "86400000",
+    "file.delete.delay.ms": "60000",
+    "flush.messages": str(LONG_MAX),
+    "flush.ms": str(LONG_MAX),
+    "follower.replication.throttled.replicas": "",
+    "index.interval.bytes": "4096",
+    "leader.replication.throttled.replicas": "",
+    "local.retention.bytes": "-2",
+    "local.retention.ms": "-2",
+    "max.compaction.lag.ms": str(LONG_MAX),
+    "max.message.bytes": "1048588",
+    "message.downconversion.enable": "true",
+    "message.format.version": "3.0-IV1",
+    "message.timestamp.after.max.ms": str(LONG_MAX),
+    "message.timestamp.before.max.ms": str(LONG_MAX),
+    "message.timestamp.difference.max.ms": str(LONG_MAX),
+    "message.timestamp.type": "CreateTime",
+    "min.cleanable.dirty.ratio": "0.5",
+    "min.compaction.lag.ms": "0",
+    "min.insync.replicas": "1",
+    "preallocate": "false",
+    "remote.log.copy.disable": "false",
+    "remote.log.delete.on.disable": "false",
+    "remote.storage.enable": "false",
+    "retention.bytes": "-1",
+    "retention.ms": "604800000",
+    "segment.bytes": "1073741824",
+    "segment.index.bytes": "10485760",
+    "segment.jitter.ms": "0",
+    "segment.ms": "604800000",
+    "unclean.leader.election.enable": "false",
+}
+
+
+def test_every_kafka_topic_config_is_known_with_kafkas_default() -> None:
+    assert set(TOPIC_CONFIG_DEFS) == set(KAFKA_TOPIC_DEFAULTS)
+    assert BrokerConfig({}).topic_defaults() == KAFKA_TOPIC_DEFAULTS
+    # Each default is a valid override too.
+    assert validate_topic_configs(KAFKA_TOPIC_DEFAULTS) == KAFKA_TOPIC_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("compression.gzip.level", "0"),
+        ("compression.gzip.level", "10"),
+        ("compression.lz4.level", "18"),
+        ("compression.zstd.level", "23"),
+        ("compression.zstd.level", "-131073"),
+        ("segment.jitter.ms", "-1"),
+        ("local.retention.ms", "-3"),
+        ("local.retention.bytes", "-3"),
+        ("message.timestamp.before.max.ms", "-1"),
+        ("message.timestamp.after.max.ms", "-1"),
+        ("message.format.version", "three"),
+        ("leader.replication.throttled.replicas", "0:1,x"),
+        ("follower.replication.throttled.replicas", "*,0:1"),
+        ("message.downconversion.enable", "maybe"),
+        ("remote.log.copy.disable", "1"),
+    ],
+)
+def test_kafka_topic_configs_refuse_kafkas_bad_values(key: str, value: str) -> None:
+    with pytest.raises(InvalidConfig, match=key):
+        validate_topic_configs({key: value})
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("compression.gzip.level", "-1"),
+        ("compression.gzip.level", "9"),
+        ("compression.lz4.level", "1"),
+        ("compression.zstd.level", "-5"),
+        ("message.format.version", "2.8-IV1"),
+        ("message.format.version", "0.10.2"),
+        ("leader.replication.throttled.replicas", "*"),
+        ("follower.replication.throttled.replicas", "0:1, 1:1"),
+        ("local.retention.ms", "-2"),
+        ("segment.jitter.ms", "1000"),
+    ],
+)
+def test_kafka_topic_configs_accept_kafkas_good_values(key: str, value: str) -> None:
+    assert validate_topic_configs({key: value}) == {key: value}
+
+
+def test_min_compaction_lag_may_not_exceed_max() -> None:
+    validate_topic_configs({"min.compaction.lag.ms": "100", "max.compaction.lag.ms": "100"})
+    with pytest.raises(InvalidConfig, match=r"min.compaction.lag.ms \(101\) > max"):
+        validate_topic_configs({"min.compaction.lag.ms": "101", "max.compaction.lag.ms": "100"})
+    # The broker's default is under the topic's override, as in Kafka.
+    broker = BrokerConfig({"log.cleaner.max.compaction.lag.ms": "1000"})
+    with pytest.raises(InvalidConfig, match="conflict"):
+        validate_topic_configs({"min.compaction.lag.ms": "5000"}, broker.topic_defaults())
+    with pytest.raises(InvalidConfig, match="conflict"):
+        BrokerConfig(
+            {"log.cleaner.min.compaction.lag.ms": "2", "log.cleaner.max.compaction.lag.ms": "1"}
+        )
+
+
+def test_remote_storage_is_refused_as_kafka_without_tiered_storage() -> None:
+    with pytest.raises(InvalidConfig, match="Tiered Storage functionality is disabled"):
+        validate_topic_configs({"remote.storage.enable": "true"})
+
+
+def test_broker_synonyms_of_the_new_topic_keys() -> None:
+    defaults = BrokerConfig(
+        {
+            "log.roll.jitter.hours": "2",
+            "log.preallocate": "true",
+            "log.message.timestamp.after.max.ms": "3600000",
+            "compression.zstd.level": "7",
+            "unclean.leader.election.enable": "true",
+        }
+    ).topic_defaults()
+    assert defaults["segment.jitter.ms"] == "7200000"
+    assert defaults["preallocate"] == "true"
+    assert defaults["message.timestamp.after.max.ms"] == "3600000"
+    assert defaults["compression.zstd.level"] == "7"
+    assert defaults["unclean.leader.election.enable"] == "true"
+    assert BrokerConfig({"log.roll.jitter.ms": "5"}).topic_defaults()["segment.jitter.ms"] == "5"

@@ -9,6 +9,7 @@ from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_configs import describe_topic_configs
 from oncelog.broker.handlers.metadata import ZERO_UUID
 from oncelog.broker.replica_manager import TopicSpec
+from oncelog.config import validate_topic_configs
 from oncelog.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
 
 
@@ -30,8 +31,10 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             if counts[topic.name] > 1:
                 raise InvalidRequest(f"Topic {topic.name} appears more than once in the request")
             spec = _spec(ctx, topic)
+            partitions, _ = replicas.validate_topic(spec)
+            # Kafka's cross-key rules see the broker's defaults under the topic's overrides.
+            validate_topic_configs(spec.configs, ctx.broker.config.topic_defaults())
             if request.validate_only:
-                partitions, _ = replicas.validate_topic(spec)
                 result.update(num_partitions=partitions, replication_factor=1)
             else:
                 image = replicas.create_topic(spec)

@@ -79,6 +79,10 @@ def describe_topic_configs(
                 synonym_list.append(
                     {"name": static, "value": config.raw[static], "source": SOURCE_STATIC_BROKER}
                 )
+            # Kafka lists the broker key's default last (a DEFAULT_CONFIG synonym).
+            default = BROKER_CONFIGS[static].default if static is not None else None
+            if synonyms and default is not None:
+                synonym_list.append({"name": static, "value": default, "source": SOURCE_DEFAULT})
         out.append(_entry(name, value, source, TOPIC_CONFIG_DEFS[name].type, synonym_list))
     return out
 
