@@ -21,8 +21,12 @@ from kafka.admin import ConfigResourceType as KpConfigResourceType
 from kafka.admin import NewTopic as KpNewTopic
 from kafka.errors import InvalidConfigurationError, InvalidRecordError
 
+from oncelog.protocol.records.batch import build_batch
+from oncelog.protocol.records.compression import Codec, compress
+from oncelog.protocol.records.record import encode_record
 from tests.broker_process import BrokerProcess
 from tests.integration.helpers import TIMEOUT, confluent_read
+from tests.integration.rawclient import PRODUCE, RawClient, produce_body
 from tests.integration.test_aiokafka import run
 
 pytestmark = pytest.mark.integration
@@ -193,3 +197,38 @@ def test_confluent_creates_a_compacted_topic_and_unkeyed_records_are_refused(
     assert error is None
     got = confluent_read(broker.bootstrap, topic, {0: len(KEYED) + 1})[0]
     assert [(r.offset, r.key) for r in got][-1] == (len(KEYED), b"k3")
+
+
+def test_produce_response_names_each_keyless_record(broker: BrokerProcess) -> None:
+    """Kafka's record_errors (KIP-467): the batch index of every record without a key, here in
+    a zstd batch (checked after decompression), and the partition's error message."""
+    topic = "raw-compacted"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for future in admin.create_topics(
+        [NewTopic(topic, 1, 1, config={"cleanup.policy": "compact,delete"})], operation_timeout=10
+    ).values():
+        future.result(TIMEOUT)
+    keys = [b"a", None, b"b", None]
+    body = b"".join(encode_record(offset_delta=i, key=k, value=b"v") for i, k in enumerate(keys))
+    batch = build_batch(
+        base_offset=0,
+        records=compress(Codec.ZSTD, body),
+        record_count=len(keys),
+        last_offset_delta=len(keys) - 1,
+        base_timestamp=0,
+        max_timestamp=0,
+        attributes=int(Codec.ZSTD),
+    )
+    with RawClient(broker.port) as client:
+        response = client.call(PRODUCE, 9, produce_body({topic: [(0, batch)]}))
+    (partition,) = response.responses[0].partition_responses
+    assert partition.error_code == 87  # INVALID_RECORD
+    why = f"Compacted topic cannot accept message without key in topic partition {topic}-0"
+    assert [(e.batch_index, e.batch_index_error_message) for e in partition.record_errors] == [
+        (1, why),
+        (3, why),
+    ]
+    assert partition.error_message.startswith(
+        "One or more records have been rejected due to 2 record errors in total"
+    )
+    assert end_offset(broker.bootstrap, topic) == 0
