@@ -118,6 +118,10 @@ class PolicyViolation(KafkaError):
     code = ErrorCode.policy_violation
 
 
+class NotEnoughReplicas(KafkaError):
+    code = ErrorCode.not_enough_replicas
+
+
 class KafkaStorageError(KafkaError):
     code = ErrorCode.kafka_storage_error
 

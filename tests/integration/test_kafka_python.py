@@ -303,3 +303,26 @@ def test_consumer_waits_for_new_data(broker: BrokerProcess) -> None:
     finally:
         producer.close(timeout=TIMEOUT)
         consumer.close()
+
+
+def test_acks_all_needs_min_insync_replicas(broker: BrokerProcess) -> None:
+    """One broker is one in-sync replica: a topic asking for two refuses acks=all with
+    NOT_ENOUGH_REPLICAS and stores nothing, as Kafka does; acks=1 is still accepted."""
+    from kafka.errors import NotEnoughReplicasError
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap)
+    try:
+        admin.create_topics([NewTopic("two-isr", 1, 1, topic_configs={"min.insync.replicas": "2"})])
+    finally:
+        admin.close()
+    strict = KafkaProducer(bootstrap_servers=broker.bootstrap, acks="all", retries=0)
+    try:
+        with pytest.raises(NotEnoughReplicasError):
+            strict.send("two-isr", b"refused").get(timeout=30)
+    finally:
+        strict.close()
+    leader_only = KafkaProducer(bootstrap_servers=broker.bootstrap, acks=1)
+    try:
+        assert leader_only.send("two-isr", b"kept").get(timeout=30).offset == 0
+    finally:
+        leader_only.close()

@@ -1,8 +1,10 @@
 """Produce (0): validate and append each partition's batches; acks 0, 1 and all.
 
 Every partition is all-or-nothing. With acks=all the in-sync replica set of a single node is
-the leader itself, so the local append satisfies it. With acks=0 no response is sent; an
-error then closes the connection, as Kafka does, so the client notices.
+the leader itself, so the local append satisfies it, unless the topic's min.insync.replicas
+asks for more than that one replica: then, as in Kafka, NOT_ENOUGH_REPLICAS and no append.
+With acks=0 no response is sent; an error then closes the connection, as Kafka does, so the
+client notices.
 """
 
 from __future__ import annotations
@@ -12,11 +14,14 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
-from oncelog.errors import ErrorCode, KafkaError
+from oncelog.errors import ErrorCode, KafkaError, NotEnoughReplicas
 from oncelog.storage.validator import KeylessRecords
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
+
+#: A single node is the only member of every partition's in-sync replica set.
+IN_SYNC_REPLICAS = 1
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
@@ -41,6 +46,8 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             try:
                 if acks not in (0, 1, -1):
                     raise _invalid_acks(acks)
+                if acks == -1:
+                    _check_min_isr(replicas, tp)
                 info = replicas.append(tp, pdata.records or b"")
                 if info.duplicate:
                     ctx.broker.metrics.duplicate_batches += 1
@@ -74,6 +81,16 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             raise CloseConnection("acks=0 produce failed")
         return NO_RESPONSE
     return {"responses": responses, "throttle_time": 0}
+
+
+def _check_min_isr(replicas: Any, tp: TopicPartition) -> None:
+    """Kafka refuses acks=all while the in-sync replicas are fewer than min.insync.replicas."""
+    required = replicas.partition(tp).config.min_insync_replicas
+    if required > IN_SYNC_REPLICAS:
+        raise NotEnoughReplicas(
+            f"{tp}: the in-sync replicas [{IN_SYNC_REPLICAS}] are fewer than "
+            f"min.insync.replicas {required}"
+        )
 
 
 def _invalid_acks(acks: int) -> KafkaError:
