@@ -121,3 +121,12 @@ def delete_after(directory: Path, offset: int) -> None:
         if snap > offset:
             with contextlib.suppress(FileNotFoundError):
                 snapshot_path(directory, snap).unlink()
+
+
+def delete_before(directory: Path, offset: int) -> None:
+    """Remove snapshots below `offset` (the cleaner rewrote the log below it, so a replay
+    starting there could miss a transaction's end)."""
+    for snap in list_snapshots(directory):
+        if snap < offset:
+            with contextlib.suppress(FileNotFoundError):
+                snapshot_path(directory, snap).unlink()

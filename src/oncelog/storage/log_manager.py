@@ -1,7 +1,8 @@
 """All partition logs of this broker, across `log.dirs`, and their checkpoints.
 
 On disk, per log dir (Kafka's names): `<topic>-<partition>/` directories,
-`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`, and the clean-shutdown
+`recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
+`cleaner-offset-checkpoint` (each compacted partition's first dirty offset), and the clean-shutdown
 marker `.kafka_cleanshutdown`, present only between a clean stop and the next start. Without
 the marker, segments past each partition's recovery point are scanned and repaired.
 
@@ -33,6 +34,7 @@ log = logging.getLogger(__name__)
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 RECOVERY_POINT_FILE = "recovery-point-offset-checkpoint"
 LOG_START_FILE = "log-start-offset-checkpoint"
+CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 LOCK_FILE = ".lock"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
 
@@ -128,6 +130,7 @@ class LogManager:
             self.clean_start = self.clean_start and clean
             recovery = read_offset_checkpoint(log_dir / RECOVERY_POINT_FILE)
             starts = read_offset_checkpoint(log_dir / LOG_START_FILE)
+            cleaned = read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT_FILE)
             for path in sorted(log_dir.iterdir()):
                 match = _PARTITION_DIR.match(path.name)
                 if not path.is_dir() or not match:
@@ -147,6 +150,7 @@ class LogManager:
                     log_start_offset=starts.get(tp, 0),
                     producers=self.producers,
                 )
+                self.logs[tp].cleaner_checkpoint = cleaned.get(tp, 0)
                 self._dir_of[tp] = log_dir
             if clean:
                 marker.unlink(missing_ok=True)
@@ -213,6 +217,10 @@ class LogManager:
             )
             write_offset_checkpoint(
                 log_dir / LOG_START_FILE, {tp: p.log_start_offset for tp, p in mine.items()}
+            )
+            write_offset_checkpoint(
+                log_dir / CLEANER_CHECKPOINT_FILE,
+                {tp: p.cleaner_checkpoint for tp, p in mine.items() if p.cleaner_checkpoint > 0},
             )
 
     def shutdown(self) -> None:

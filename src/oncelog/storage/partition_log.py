@@ -15,13 +15,15 @@ import contextlib
 import itertools
 import logging
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import InvalidRecord, OffsetOutOfRange
+from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
 from oncelog.producer_state.entry import BatchMetadata
 from oncelog.producer_state.manager import (
@@ -40,6 +42,7 @@ from oncelog.protocol.records.batch import (
 from oncelog.protocol.records.compression import batch_records
 from oncelog.protocol.records.control import build_marker, parse_marker
 from oncelog.protocol.records.record import record_offsets_and_timestamps
+from oncelog.storage import swap
 from oncelog.storage.segment import LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.validator import ValidatedRecords
@@ -48,6 +51,17 @@ from oncelog.types import TopicPartition
 log = logging.getLogger(__name__)
 
 INT32_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+
+
+class _SegmentShape(Protocol):
+    """What `segments_unchanged` compares (the cleaner's SegmentRef)."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +114,13 @@ class PartitionLog:
         self._rolled_unflushed: list[LogSegment] = []
         settings = producers or ProducerSettings()
         self.producer_state = ProducerStateManager(tp, settings.expiration_ms, settings.tracker)
+        self.cleaner_checkpoint = 0
+        """First dirty offset: below it the cleaner has cleaned (`cleaner-offset-checkpoint`)."""
+        self.last_clean_ms = -1
+        """Wall time of the last cleaning swapped in, -1 if none since start."""
+        self.delete_horizon_ms = LONG_MAX
+        """Earliest delete horizon of the tombstones and markers the last cleaning kept: once
+        it passed, another cleaning can remove them even without new dirty data."""
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -122,6 +143,9 @@ class PartitionLog:
         plog = cls(directory, tp, config, clock, producers)
         for stale in directory.glob("*.tmp"):
             stale.unlink()
+        completed = swap.recover(directory)
+        if completed:
+            log.warning("%s: completed interrupted cleaner swaps at %s", tp, completed)
         bases = sorted(int(p.name[:-4]) for p in directory.glob("*.log") if p.name[:-4].isdigit())
         truncated = False
         for base in bases:
@@ -423,11 +447,18 @@ class PartitionLog:
         # Kafka's rule: the first batch's timestamp, or when the segment was created.
         rolling_ts = seg.first_batch_timestamp if seg.first_batch_timestamp >= 0 else seg.created_ms
         now = self.clock.wall_ms()
-        too_old = rolling_ts >= 0 and max(now, max_timestamp) - rolling_ts > self.config.segment_ms
+        too_old = rolling_ts >= 0 and max(now, max_timestamp) - rolling_ts > self._max_segment_ms()
         index_full = (seg.index.entries + 1) * 8 > self.config.segment_index_bytes
         offset_overflow = self.log_end_offset + last_delta - seg.base_offset > INT32_MAX
         if too_big or too_old or index_full or offset_overflow:
             self.roll()
+
+    def _max_segment_ms(self) -> int:
+        """segment.ms, or max.compaction.lag.ms when lower on a compacted topic: the active
+        segment is never cleaned, so it must roll for its records to be (KIP-354)."""
+        if not self.config.compact:
+            return self.config.segment_ms
+        return min(self.config.segment_ms, self.config.max_compaction_lag_ms)
 
     def roll(self) -> LogSegment:
         """Start a new active segment at the log end; the old one is flushed in background."""
@@ -579,6 +610,8 @@ class PartitionLog:
     def apply_retention(self) -> int:
         """Delete whole segments beyond retention.ms / retention.bytes; return how many."""
         deleted = 0
+        if "delete" not in self.config.cleanup_policy:
+            return 0  # compact only: the cleaner removes records, retention never does
         now = self.clock.wall_ms()
         retention_ms = self.config.retention_ms
         if retention_ms >= 0:
@@ -598,14 +631,99 @@ class PartitionLog:
                 deleted += 1
         return deleted
 
-    @staticmethod
-    def _expired(segment: LogSegment, now: int, retention_ms: int) -> bool:
+    def _expired(self, segment: LogSegment, now: int, retention_ms: int) -> bool:
         if segment.size == 0:
-            return False
+            # a closed segment the cleaner emptied holds nothing to keep
+            return segment is not self.active
         largest = (
             segment.max_timestamp if segment.max_timestamp >= 0 else segment.last_modified_ms()
         )
         return now - largest > retention_ms
+
+    # -- cleaning (the cleaner decides; the log reports and swaps) ------------------------------
+
+    def cleanable_offsets(self, now: int) -> tuple[int, int]:
+        """(first dirty offset, first uncleanable offset), as Kafka's cleaner manager: never
+        the active segment, never at or past the last stable offset, never a segment whose
+        newest record is younger than min.compaction.lag.ms."""
+        first_dirty = self.cleaner_checkpoint
+        if first_dirty < self.log_start_offset or first_dirty > self.log_end_offset:
+            first_dirty = self.log_start_offset
+        end = min(self.last_stable_offset, self.active.base_offset)
+        lag = self.config.min_compaction_lag_ms
+        if lag > 0:
+            for segment in self.segments[:-1]:
+                if segment.next_offset > first_dirty and segment.max_timestamp > now - lag:
+                    end = min(end, segment.base_offset)
+                    break
+        return first_dirty, max(first_dirty, end)
+
+    def cleanable_bytes(self, first_dirty: int, end: int) -> tuple[int, int]:
+        """(clean bytes, dirty bytes) of the segments below `end`."""
+        clean = sum(s.size for s in self.segments if s.base_offset < first_dirty)
+        dirty = 0
+        if first_dirty < end:
+            bases = [*self._bases[1:], self.log_end_offset + 1]
+            dirty = sum(
+                s.size
+                for s, next_base in zip(self.segments, bases, strict=True)
+                if s.base_offset < end and next_base > first_dirty
+            )
+        return clean, dirty
+
+    def dirty_ratio(self) -> float:
+        """Dirty bytes / cleanable bytes now (0 when nothing is cleanable)."""
+        first_dirty, end = self.cleanable_offsets(self.clock.wall_ms())
+        clean, dirty = self.cleanable_bytes(first_dirty, end)
+        return dirty / (clean + dirty) if clean + dirty else 0.0
+
+    def compaction_delay_ms(self, first_dirty: int, now: int) -> int:
+        """How long past max.compaction.lag.ms the oldest dirty record is (0: not yet)."""
+        lag = self.config.max_compaction_lag_ms
+        stamps = [
+            s.first_batch_timestamp
+            for s in self.segments[:-1]
+            if s.next_offset > first_dirty and s.first_batch_timestamp > 0
+        ]
+        if not stamps or lag >= now:
+            return 0
+        return max(0, now - lag - min(stamps))
+
+    def segments_unchanged(self, refs: Iterable[_SegmentShape], end: int) -> bool:
+        """True if each closed segment of `refs` below `end` is still this log's, as big as
+        it was (retention, DeleteRecords or a deletion may have changed them meanwhile)."""
+        closed = {s.base_offset: s for s in self.segments[:-1]}
+        for ref in refs:
+            if ref.base_offset >= end:
+                continue
+            segment = closed.get(ref.base_offset)
+            if segment is None or segment.size != ref.size:
+                return False
+        return True
+
+    def replace_segments(
+        self,
+        groups: list[tuple[int, tuple[int, ...]]],
+        end: int,
+        crash: swap.CrashHook | None = None,
+    ) -> None:
+        """Swap cleaned segments (`<base>.log.cleaned`, ...) in for the segments they were
+        made of. Producer snapshots below `end` go first: a replay from one of them would
+        miss batches the cleaner removed (a transaction's data and marker)."""
+        snapshot.delete_before(self.directory, end)
+        for base, old_bases in groups:
+            old = [s for s in self.segments if s.base_offset in old_bases]
+            first = self.segments.index(old[0])
+            for segment in old:
+                segment.close()
+                if segment in self._rolled_unflushed:
+                    self._rolled_unflushed.remove(segment)
+            swap.swap_in(self.directory, base, old_bases, crash or _no_crash)
+            new = LogSegment(self.directory, base, self.config.index_interval_bytes)
+            new.load(recover=False)
+            new.created_ms = old[0].created_ms
+            self.segments[first : first + len(old)] = [new]
+            self._bases[first : first + len(old)] = [base]
 
     def truncate_to(self, offset: int) -> None:
         """Drop everything at or after `offset` (recovery tests; followers later)."""
@@ -628,6 +746,10 @@ class PartitionLog:
         for segment in self.segments:
             segment.close()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+def _no_crash(step: str) -> None:
+    return None
 
 
 def _marker_reader(segment: LogSegment) -> Callable[[BatchHeader], tuple[bool, int]]:

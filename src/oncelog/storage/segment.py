@@ -43,14 +43,16 @@ class RecoveryResult:
 
 
 class LogSegment:
-    def __init__(self, directory: Path, base_offset: int, index_interval_bytes: int) -> None:
+    def __init__(
+        self, directory: Path, base_offset: int, index_interval_bytes: int, suffix: str = ""
+    ) -> None:
+        """`suffix` is appended to every file name: the cleaner writes `.cleaned` segments."""
         self.base_offset = base_offset
-        self.log_path = directory / f"{segment_name(base_offset)}.log"
-        self.index = OffsetIndex(directory / f"{segment_name(base_offset)}.index", base_offset)
-        self.time_index = TimeIndex(
-            directory / f"{segment_name(base_offset)}.timeindex", base_offset
-        )
-        self.txn_index = TransactionIndex(directory / f"{segment_name(base_offset)}.txnindex")
+        name = segment_name(base_offset)
+        self.log_path = directory / f"{name}.log{suffix}"
+        self.index = OffsetIndex(directory / f"{name}.index{suffix}", base_offset)
+        self.time_index = TimeIndex(directory / f"{name}.timeindex{suffix}", base_offset)
+        self.txn_index = TransactionIndex(directory / f"{name}.txnindex{suffix}")
         self.index_interval_bytes = index_interval_bytes
         self.size = 0
         self.next_offset = base_offset
