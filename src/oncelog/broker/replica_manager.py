@@ -32,6 +32,7 @@ from oncelog.errors import (
 from oncelog.metadata.image import MetadataImage, TopicImage
 from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager
 from oncelog.producer_state.tracker import ProducerTracker
+from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanResult, LogCleaner
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSettings, ReadResult
 from oncelog.storage.validator import validate_produce_records
@@ -63,6 +64,7 @@ class ReplicaManager:
             ProducerSettings(config.get_int("producer.id.expiration.ms"), self.producer_tracker),
         )
         self.producer_ids = ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)
+        self.cleaner = LogCleaner(CleanerSettings.from_config(config), clock)
         self._log_configs: dict[str, LogConfig] = {}
         #: Set by the transaction runtime (KIP-890 verification); none: no transactions.
         self.txn_verifier: Callable[[int, int, TopicPartition], ErrorCode] = _no_transactions
@@ -237,6 +239,33 @@ class ReplicaManager:
 
     def apply_retention(self) -> int:
         return self.logs.apply_retention()
+
+    # -- log cleaner: the server runs `clean_segments` in a worker, these two on its loop --------
+
+    def next_clean_job(self) -> tuple[PartitionLog, CleanJob] | None:
+        """The next cleaning round to run, if a compacted partition needs one."""
+        if not self.cleaner.settings.enable:
+            return None
+        return self.cleaner.grab_filthiest(plog for _, plog in self.logs.partitions())
+
+    def finish_clean(self, plog: PartitionLog, job: CleanJob, result: CleanResult) -> None:
+        """Swap a finished round in, unless its partition was deleted or replaced meanwhile.
+
+        A swap that fails half-way (a disk error) leaves the files for the next load to
+        complete; the partition is reloaded from them now, as a start would.
+        """
+        current = self.logs.get(job.tp)
+        try:
+            if self.cleaner.finish(current if current is plog else None, job, result):
+                self.logs.checkpoint()
+        except OSError as exc:
+            log.error(
+                "%s: swapping cleaned segments failed: %s; reloading the partition", job.tp, exc
+            )
+            self.logs.reload(job.tp)
+
+    def clean_failed(self, job: CleanJob, exc: BaseException) -> None:
+        self.cleaner.failed(job, exc)
 
 
 def _no_transactions(producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:

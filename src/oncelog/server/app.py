@@ -1,7 +1,10 @@
 """The composition root: builds the broker from its config and runs it on asyncio.
 
 Owns the listener, the connections, the purgatory timers and the housekeeping tasks
-(retention, flushing rolled segments, checkpoints, idle connections). SIGTERM and SIGINT
+(retention, flushing rolled segments, checkpoints, idle connections, the log cleaner).
+The cleaner's rounds run in a worker process (`log.cleaner.threads` of them): a cleaning
+decodes records in Python and would otherwise take the event loop's share of the GIL; the
+loop only picks the partition and swaps the result in, which is short. SIGTERM and SIGINT
 stop it cleanly: connections are closed, logs flushed, the clean-shutdown marker written.
 
 Start-up goes port first, then the log dirs' locks, then the disk: a taken port or a log dir
@@ -14,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import multiprocessing
 import signal
 import socket
 import sys
 from collections.abc import Awaitable, Callable, Hashable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 
 from oncelog.broker.context import BrokerContext, Node
 from oncelog.broker.dispatcher import Dispatcher
@@ -29,6 +34,7 @@ from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig, Listener
 from oncelog.errors import KafkaError
 from oncelog.server.connection import Connection
+from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
 
 log = logging.getLogger(__name__)
@@ -89,6 +95,7 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self.port = 0
         self.dispatcher: Dispatcher | None = None
+        self._cleaner_pool: ProcessPoolExecutor | None = None
 
     async def start(self) -> int:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
@@ -149,6 +156,11 @@ class BrokerServer:
                 )
             ),
         ]
+        cleaner = self.replicas.cleaner.settings
+        if cleaner.enable and cleaner.threads > 0:
+            self._tasks.append(
+                asyncio.create_task(self._every(cleaner.backoff_ms / 1000, self._clean))
+            )
         return self.port
 
     def _new_connection(self) -> Connection:
@@ -226,6 +238,41 @@ class BrokerServer:
         await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.flush_rolled)
         self.replicas.logs.flush_by_time()
 
+    async def _clean(self) -> None:
+        """Clean partitions until none needs it (Kafka's cleaner thread, then its backoff).
+
+        The round runs in the worker process on closed segments; the loop keeps serving and
+        swaps the result in afterwards (discarded if the segments changed meanwhile).
+        """
+        loop = asyncio.get_running_loop()
+        while (picked := self.replicas.next_clean_job()) is not None:
+            plog, job = picked
+            if self._cleaner_pool is None:
+                self._cleaner_pool = ProcessPoolExecutor(
+                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
+                )
+            try:
+                result = await loop.run_in_executor(self._cleaner_pool, clean_segments, job)
+            except asyncio.CancelledError:
+                self.replicas.clean_failed(job, RuntimeError("broker stopping"))
+                raise
+            except Exception as exc:
+                self.replicas.clean_failed(job, exc)
+                return
+            self.replicas.finish_clean(plog, job, result)
+
+    def _stop_cleaner(self) -> None:
+        """Stop the worker now: a round in progress only wrote `.cleaned` files, which the
+        next load deletes."""
+        pool, self._cleaner_pool = self._cleaner_pool, None
+        if pool is None:
+            return
+        processes = list((pool._processes or {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            with contextlib.suppress(Exception):
+                process.kill()
+
     async def _expire_producers(self) -> None:
         removed = self.replicas.logs.remove_expired_producers()
         if removed:
@@ -268,6 +315,7 @@ class BrokerServer:
             self._group_timer.cancel()
         for conn in list(self.connections):
             conn.abort()
+        self._stop_cleaner()
         self.replicas.shutdown()
         log.info("shut down cleanly")
 

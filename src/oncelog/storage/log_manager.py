@@ -180,6 +180,26 @@ class LogManager:
         self._dir_of[tp] = log_dir
         return plog
 
+    def reload(self, tp: TopicPartition) -> PartitionLog | None:
+        """Load a partition again from its files (after an operation failed half-way)."""
+        plog = self.logs.get(tp)
+        if plog is None:
+            return None
+        plog.close(flush=False)
+        fresh = PartitionLog.load(
+            plog.directory,
+            tp,
+            plog.config,
+            self.clock,
+            clean=False,
+            recovery_point=plog.recovery_point,
+            log_start_offset=plog.log_start_offset,
+            producers=self.producers,
+        )
+        fresh.cleaner_checkpoint = plog.cleaner_checkpoint
+        self.logs[tp] = fresh
+        return fresh
+
     def delete(self, tp: TopicPartition) -> None:
         plog = self.logs.pop(tp, None)
         self._dir_of.pop(tp, None)
