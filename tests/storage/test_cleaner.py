@@ -8,6 +8,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from oncelog.clock import ManualClock
 from oncelog.config import LogConfig
@@ -366,3 +368,27 @@ def test_cleaner_checkpoint_survives_restart(tmp_path: Path, clock: ManualClock)
     reloaded = again.get(TP)
     assert reloaded is not None and reloaded.cleaner_checkpoint == checkpoint > 0
     assert reloaded.dirty_ratio() == 0.0
+
+
+@given(
+    st.lists(
+        st.tuples(
+            st.one_of(st.none(), st.binary(max_size=20)),
+            st.one_of(st.none(), st.binary(max_size=300)),
+            st.integers(-(2**40), 2**40),
+        ),
+        min_size=1,
+        max_size=20,
+    )
+)
+def test_c_record_scan_matches_python(
+    records: list[tuple[bytes | None, bytes | None, int]],
+) -> None:
+    from oncelog.protocol.records.record import encode_record
+    from oncelog.storage.cleaner import _records, scan_records_python
+
+    body = b"".join(
+        encode_record(offset_delta=i, timestamp_delta=ts, key=key, value=value)
+        for i, (key, value, ts) in enumerate(records)
+    )
+    assert _records(body, len(records)) == scan_records_python(body, len(records))

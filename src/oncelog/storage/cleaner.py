@@ -38,6 +38,8 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
+from typing import NamedTuple
 
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
@@ -61,6 +63,12 @@ from oncelog.storage.partition_log import PartitionLog
 from oncelog.storage.segment import LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.types import TopicPartition
+
+_speedups: ModuleType | None
+try:
+    from oncelog.protocol.records import _speedups
+except ImportError:  # the C extension is optional
+    _speedups = None
 
 log = logging.getLogger(__name__)
 
@@ -186,33 +194,56 @@ class CleanerError(Exception):
 # -- records -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
+class _Record(NamedTuple):
+    """Where one record's parts are in a decompressed batch body (-1 lengths: null)."""
+
     start: int
     end: int
     body: int
     after_ts: int
     ts_delta: int
     offset_delta: int
-    key: bytes | None
-    has_value: bool
+    key_start: int
+    key_length: int
+    value_length: int
 
 
-def _records(body: bytes, count: int) -> Iterator[_Record]:
-    """The records of a decompressed batch body, with where each one's parts are."""
+def _records(body: bytes, count: int) -> list[_Record]:
+    """The records of a decompressed batch body (in C when the extension is built)."""
+    if _speedups is not None:
+        try:
+            return [_Record._make(r) for r in _speedups.scan_records(body, count)]
+        except ValueError as exc:
+            raise CleanerError(f"undecodable records: {exc}") from exc
+    return scan_records_python(body, count)
+
+
+def scan_records_python(body: bytes, count: int) -> list[_Record]:
+    """The reference implementation of `_speedups.scan_records`."""
+    out: list[_Record] = []
     pos, end = 0, len(body)
     for _ in range(count):
         length, start = decode_varint(body, pos, end)
         rec_end = start + length
-        ts_delta, p = decode_varint(body, start + 1, rec_end)
-        after_ts = p
-        offset_delta, p = decode_varint(body, p, rec_end)
-        key_len, p = decode_varint(body, p, rec_end)
-        key = None if key_len < 0 else body[p : p + key_len]
-        p += max(key_len, 0)
-        value_len, _ = decode_varint(body, p, rec_end)
-        yield _Record(pos, rec_end, start, after_ts, ts_delta, offset_delta, key, value_len >= 0)
+        if length < 1 or rec_end > end:
+            raise CleanerError("undecodable records: a record overruns its batch")
+        ts_delta, after_ts = decode_varint(body, start + 1, rec_end)
+        offset_delta, p = decode_varint(body, after_ts, rec_end)
+        key_len, key_start = decode_varint(body, p, rec_end)
+        value_len, _ = decode_varint(body, key_start + max(key_len, 0), rec_end)
+        out.append(
+            _Record(
+                pos, rec_end, start, after_ts, ts_delta, offset_delta, key_start, key_len, value_len
+            )
+        )
         pos = rec_end
+    return out
+
+
+def _key(body: bytes, rec: _Record) -> bytes | None:
+    if rec.key_length < 0:
+        return None
+    return body[rec.key_start : rec.key_start + rec.key_length]
 
 
 def _horizon(header: BatchHeader) -> int | None:
@@ -414,9 +445,14 @@ class _Round:
                             )
                         return header.base_offset
                     body = batch_records(chunk, pos, header)
+                    base = header.base_offset
+                    put = self.map.put
                     for rec in _records(body, header.record_count):
-                        if rec.key is not None:
-                            self.map.put(bytes(rec.key), header.base_offset + rec.offset_delta)
+                        if rec.key_length >= 0:
+                            put(
+                                body[rec.key_start : rec.key_start + rec.key_length],
+                                base + rec.offset_delta,
+                            )
         return job.end
 
     # -- 2. the groups ------------------------------------------------------------------------
@@ -535,7 +571,7 @@ class _Round:
         self.result.records_kept += len(kept)
         if kept:
             new_horizon = horizon
-            if any(not rec.has_value for rec in kept):
+            if any(rec.value_length < 0 for rec in kept):
                 if new_horizon is None:
                     new_horizon = self.now + self.job.params.delete_retention_ms
                 self.result.delete_horizon_ms = min(self.result.delete_horizon_ms, new_horizon)
@@ -578,13 +614,14 @@ class _Round:
         expired = horizon is not None and horizon <= self.now
         latest_mapped = self.map.latest_offset
         kept: list[_Record] = []
+        get = self.map.get
         for rec in _records(body, header.record_count):
             offset = header.base_offset + rec.offset_delta
             if offset > latest_mapped:
                 kept.append(rec)
-            elif rec.key is None or offset < self.map.get(bytes(rec.key)):
+            elif rec.key_length < 0 or offset < get(_key(body, rec) or b""):
                 continue
-            elif rec.has_value or not expired:
+            elif rec.value_length >= 0 or not expired:
                 kept.append(rec)
         return kept, body
 

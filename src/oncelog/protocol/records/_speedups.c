@@ -98,7 +98,66 @@ done:
     return Py_BuildValue("(snL)", error, index, (long long)bad);
 }
 
+/* scan_records(body, count): where each record of a decompressed batch body is, for the log
+ * cleaner (off the request path, but it reads every record of a compacted topic): a list of
+ * (start, end, body, after_ts, ts_delta, offset_delta, key_start, key_length, value_length)
+ * with -1 lengths for null keys and values. ValueError on a malformed record. The Python
+ * version in oncelog.storage.cleaner is the reference and the fallback. */
+static PyObject *scan_records(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t count;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &count))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t end = view.len, pos = 0;
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        goto fail;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, key_length, value_length;
+        Py_ssize_t start = pos;
+        if (read_varint(buf, &pos, end, &length) < 0 || length < 1 || length > end - pos)
+            goto malformed;
+        Py_ssize_t body = pos, record_end = pos + (Py_ssize_t)length;
+        Py_ssize_t p = body + 1;
+        if (read_varint(buf, &p, record_end, &ts_delta) < 0)
+            goto malformed;
+        Py_ssize_t after_ts = p;
+        if (read_varint(buf, &p, record_end, &offset_delta) < 0 ||
+            read_varint(buf, &p, record_end, &key_length) < 0)
+            goto malformed;
+        Py_ssize_t key_start = p;
+        if (key_length > record_end - p)
+            goto malformed;
+        if (key_length > 0)
+            p += (Py_ssize_t)key_length;
+        if (read_varint(buf, &p, record_end, &value_length) < 0)
+            goto malformed;
+        PyObject *item = Py_BuildValue("(nnnnLLnLL)", start, record_end, body, after_ts,
+                                       (long long)ts_delta, (long long)offset_delta, key_start,
+                                       (long long)key_length, (long long)value_length);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            goto fail;
+        }
+        Py_DECREF(item);
+        pos = record_end;
+    }
+    PyBuffer_Release(&view);
+    return out;
+malformed:
+    PyErr_SetString(PyExc_ValueError, "malformed record in batch body");
+fail:
+    Py_XDECREF(out);
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
+    {"scan_records", scan_records, METH_VARARGS,
+     "scan_records(body, count): (start, end, body, after_ts, ts_delta, offset_delta, "
+     "key_start, key_length, value_length) of each record of a decompressed batch body."},
     {"check_records", check_records, METH_VARARGS,
      "check_records(buf, start, end, count, require_key=False): walk the records of a batch; "
      "return None, or (problem, record index, value)."},

@@ -1,3 +1,6 @@
 def check_records(
     buf: bytes | bytearray | memoryview, start: int, end: int, count: int, /
 ) -> tuple[str, int, int] | None: ...
+def scan_records(
+    body: bytes | bytearray | memoryview, count: int, /
+) -> list[tuple[int, int, int, int, int, int, int, int, int]]: ...
