@@ -769,6 +769,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     )
     p.add_argument("--oncelog-rev", help="run the broker from `git archive REV`")
     p.add_argument(
+        "--broker-without-hypothesis",
+        action="store_true",
+        help="hide hypothesis (a test dependency) from the broker, as in a plain install: kio "
+        "registers Hypothesis strategies at import when it finds it (~0.3-1 s per start)",
+    )
+    p.add_argument(
         "--keep-data",
         action="store_true",
         help="keep the temporary dir (data dir, broker log, source snapshot) for profiling",
@@ -836,18 +842,32 @@ def restarts(
             print(f"    broker: {line[:200]}")
 
 
+def prepare(args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    """The broker's source (`git archive`), its environment, and the machine's description."""
+    if args.oncelog_rev:
+        pc._use_snapshot(args.oncelog_rev, root / "oncelog-src")
+    if args.broker_without_hypothesis:
+        hidden = root / "no-hypothesis" / "hypothesis"
+        hidden.mkdir(parents=True)
+        (hidden / "__init__.py").write_text('raise ImportError("hidden by bench/compaction.py")\n')
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(hidden.parent), os.environ.get("PYTHONPATH")])
+        )
+    sys.path.insert(0, str(REPO))
+    info = pc.machine_info(args.oncelog_rev)
+    info["broker_hypothesis"] = "hidden" if args.broker_without_hypothesis else "importable"
+    info["oncelog_c_record_walk"] = pc._speedups_loaded()
+    info["python_loop_ms_before"] = python_loop_ms()
+    return info
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
     overrides = dict(kv.split("=", 1) for kv in args.override)
     atexit.register(pc._kill_started)
     signal.signal(signal.SIGTERM, pc._on_signal)
     root = Path(tempfile.mkdtemp(prefix="oncelog-day-"))
-    if args.oncelog_rev:
-        pc._use_snapshot(args.oncelog_rev, root / "oncelog-src")
-    sys.path.insert(0, str(REPO))
-    info = pc.machine_info(args.oncelog_rev)
-    info["oncelog_c_record_walk"] = pc._speedups_loaded()
-    info["python_loop_ms_before"] = python_loop_ms()
+    info = prepare(args, root)
     print("machine:", json.dumps(info), flush=True)
     expect = Expect(args)
     broker = Broker(root, overrides)
