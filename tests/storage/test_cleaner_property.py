@@ -24,7 +24,10 @@ from hypothesis import strategies as st
 
 from oncelog.clock import ManualClock
 from oncelog.config import LogConfig
-from oncelog.storage.cleaner import CleanerSettings, LogCleaner, clean_segments
+from oncelog.protocol.records.batch import iter_batches
+from oncelog.protocol.records.compression import batch_records
+from oncelog.protocol.records.record import record_keys_and_values, record_offsets_and_timestamps
+from oncelog.storage.cleaner import CleanerSettings, LogCleaner, clean_segments, read_latest
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.types import TopicPartition
 from tests.storage.cleaner_util import Producer, consume, send_plain, table
@@ -207,6 +210,24 @@ def test_cleaning_and_crashes_keep_the_log_equivalent(workload: list[tuple[objec
         shutil.rmtree(root, ignore_errors=True)
 
 
+def latest_rows(plog: PartitionLog) -> list[tuple[int, bytes, bytes | None]]:
+    out: list[tuple[int, bytes, bytes | None]] = []
+    for data in read_latest(plog, chunk_bytes=256):
+        for pos, header in iter_batches(data):
+            if header.is_control:
+                continue
+            body = batch_records(data, pos, header)
+            offsets = record_offsets_and_timestamps(
+                body, header.base_offset, 0, header.record_count
+            )
+            for (off, _), (key, value) in zip(
+                offsets, record_keys_and_values(body, header.record_count), strict=True
+            ):
+                assert key is not None
+                out.append((off, key, value))
+    return out
+
+
 def check(cleaned: PartitionLog, twin: PartitionLog, model: Model) -> None:
     expected = model.read_committed()
     twin_committed = consume(twin, read_committed=True)
@@ -221,6 +242,8 @@ def check(cleaned: PartitionLog, twin: PartitionLog, model: Model) -> None:
         assert twin_all[off] == (key, value)
         assert off in visible  # never an aborted record
     lso = cleaned.last_stable_offset
+    for plog in (cleaned, twin):  # what the coordinators replay at start
+        assert table([r for r in latest_rows(plog) if r[0] < lso]) == expected
     for off, key, value in consume(cleaned, read_committed=False):
         assert twin_all[off] == (key, value)
         assert off >= lso or off in visible  # below the LSO only committed records remain
