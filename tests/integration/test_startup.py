@@ -154,7 +154,9 @@ def test_damaged_metadata_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     (data / "oncelog-metadata.json").write_bytes(b"garbage")
     result = serve("--listen", "127.0.0.1:0", "--data-dir", str(data))
     assert result.returncode == 1
-    assert one_line(result).startswith("oncelog: start-up failed: "), result.stderr
+    line = one_line(result)
+    assert line.startswith("oncelog: start-up failed: "), result.stderr
+    assert str(data / "oncelog-metadata.json") in line  # which file to look at
 
 
 def test_missing_parents_are_created(tmp_path: Path) -> None:

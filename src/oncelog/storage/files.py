@@ -46,9 +46,12 @@ def write_checked_json(path: Path, value: Any, version: int = 1) -> None:
 
 
 def read_checked_json(path: Path, versions: tuple[int, ...] = (1,)) -> Any:
-    _, payload = decode_checked(path.read_bytes(), versions)
+    """The JSON value of a checksummed file; a damaged file's error names the file."""
     try:
+        _, payload = decode_checked(path.read_bytes(), versions)
         return json.loads(payload)
+    except CorruptFileError as exc:
+        raise CorruptFileError(f"{path}: {exc}") from exc
     except ValueError as exc:
         raise CorruptFileError(f"{path}: {exc}") from exc
 
