@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 LONG_MAX = 2**63 - 1
 INT_MAX = 2**31 - 1
+#: Segment size of the coordinators' internal topics (see offsets.topic.segment.bytes).
+INTERNAL_SEGMENT_BYTES = 4 * 1024 * 1024
 DOUBLE_MAX = 1.7976931348623157e308  # Java's Double.MAX_VALUE
 
 
@@ -234,9 +236,24 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("offsets.retention.minutes", C.INT, "10080", at_least=1),
     ConfigDef("offsets.retention.check.interval.ms", C.INT, "600000", at_least=1),
     ConfigDef("offsets.topic.replication.factor", C.INT, "1", at_least=1),
+    ConfigDef(
+        "offsets.topic.segment.bytes",
+        C.INT,
+        str(INTERNAL_SEGMENT_BYTES),
+        at_least=1,
+        doc="Kafka: 104857600. oncelog: 4 MiB, since a start replays the never-cleaned active "
+        "segment (storage README).",
+    ),
     ConfigDef("transaction.state.log.num.partitions", C.INT, "50", at_least=1),
     ConfigDef("transaction.state.log.replication.factor", C.INT, "1", at_least=1),
     ConfigDef("transaction.state.log.min.isr", C.INT, "1", at_least=1),
+    ConfigDef(
+        "transaction.state.log.segment.bytes",
+        C.INT,
+        str(INTERNAL_SEGMENT_BYTES),
+        at_least=1,
+        doc="Kafka: 104857600. oncelog: 4 MiB, as offsets.topic.segment.bytes.",
+    ),
     ConfigDef("transaction.max.timeout.ms", C.INT, "900000", at_least=1),
     ConfigDef("transactional.id.expiration.ms", C.INT, "604800000", at_least=1),
     ConfigDef(

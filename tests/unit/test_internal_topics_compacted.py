@@ -4,17 +4,24 @@ so that after compaction the live state is all that remains."""
 
 from __future__ import annotations
 
-from oncelog.broker.internal_topics import INTERNAL_TOPIC_CONFIGS
-from oncelog.config import LogConfig
+from pathlib import Path
+
+from oncelog.broker.internal_topics import internal_topic_configs
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.clock import ManualClock
+from oncelog.config import INTERNAL_SEGMENT_BYTES, BrokerConfig, LogConfig
 from oncelog.coordinator.group import records as group_records
 from oncelog.coordinator.txn import records as txn_records
 from oncelog.protocol.records.batch import HEADER_SIZE
 from oncelog.protocol.records.record import record_keys_and_values
 from oncelog.storage.validator import validate_produce_records
+from oncelog.types import TopicPartition
 from tests.unit.test_group_coordinator import TP, G
 from tests.unit.test_group_coordinator import Harness as GroupHarness
 from tests.unit.test_group_offset_retention import RETENTION, TP1, commit
 from tests.unit.test_txn_coordinator import Harness as TxnHarness
+
+TP0 = TopicPartition("__consumer_offsets", 0)
 
 
 def keys_and_values(batch: bytes) -> list[tuple[bytes | None, bytes | None]]:
@@ -24,7 +31,33 @@ def keys_and_values(batch: bytes) -> list[tuple[bytes | None, bytes | None]]:
 
 
 def test_internal_topics_are_created_compacted() -> None:
-    assert LogConfig.from_topic_configs(INTERNAL_TOPIC_CONFIGS).compact
+    config = LogConfig.from_topic_configs(internal_topic_configs(INTERNAL_SEGMENT_BYTES))
+    assert config.compact and config.segment_bytes == INTERNAL_SEGMENT_BYTES
+
+
+def test_an_older_internal_topic_takes_the_current_configs(tmp_path: Path) -> None:
+    """A data dir from a version that made 100 MiB internal segments gets the configured size
+    at start, persisted, and its partition logs roll by it from then on."""
+    broker = BrokerConfig.load(None, [("log.dirs", str(tmp_path))])
+    clock = ManualClock()
+    replicas = ReplicaManager(broker, clock)
+    replicas.startup()
+    old = {"cleanup.policy": "compact", "retention.ms": "-1", "segment.bytes": "104857600"}
+    replicas.ensure_internal_topic("__consumer_offsets", 2, old)
+    replicas.shutdown()
+
+    replicas = ReplicaManager(broker, clock)
+    replicas.startup()
+    assert replicas.logs.get(TP0).config.segment_bytes == 104857600  # type: ignore[union-attr]
+    topic = replicas.ensure_internal_topic("__consumer_offsets", 2, internal_topic_configs(4096))
+    assert topic.configs["segment.bytes"] == "4096" and topic.partitions == 2
+    assert replicas.logs.get(TP0).config.segment_bytes == 4096  # type: ignore[union-attr]
+    replicas.shutdown()
+
+    replicas = ReplicaManager(broker, clock)
+    replicas.startup()
+    assert replicas.logs.get(TP0).config.segment_bytes == 4096  # type: ignore[union-attr]
+    replicas.shutdown()
 
 
 def test_expired_offsets_and_group_leave_tombstones_under_their_keys() -> None:

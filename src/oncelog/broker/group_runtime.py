@@ -16,9 +16,9 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import Any
 
-from oncelog.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, read_entries
+from oncelog.broker.internal_topics import internal_topic_configs, read_entries
 from oncelog.broker.purgatory import Delayed
-from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
+from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group import GroupCoordinator, GroupSettings, Result, Waiter
@@ -57,6 +57,7 @@ class GroupRuntime:
     def __init__(self, config: BrokerConfig, clock: Clock, replicas: ReplicaManager) -> None:
         self.clock = clock
         self.replicas = replicas
+        self.segment_bytes = config.get_int("offsets.topic.segment.bytes")
         settings = GroupSettings(
             partitions=config.get_int("offsets.topic.num.partitions"),
             initial_rebalance_delay_ms=config.get_int("group.initial.rebalance.delay.ms"),
@@ -79,11 +80,9 @@ class GroupRuntime:
     def startup(self) -> None:
         """Create `__consumer_offsets` if needed, then replay every partition of it."""
         partitions = self.coordinator.settings.partitions
-        topic = self.replicas.topic(OFFSETS_TOPIC)
-        if topic is None:
-            spec = TopicSpec(OFFSETS_TOPIC, partitions, 1, INTERNAL_TOPIC_CONFIGS)
-            topic = self.replicas.create_topic(spec, internal=True)
-        elif topic.partitions != partitions:
+        configs = internal_topic_configs(self.segment_bytes)
+        topic = self.replicas.ensure_internal_topic(OFFSETS_TOPIC, partitions, configs)
+        if topic.partitions != partitions:
             log.warning(
                 "%s has %d partitions, offsets.topic.num.partitions is %d; using %d",
                 OFFSETS_TOPIC,

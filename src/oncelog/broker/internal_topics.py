@@ -14,14 +14,15 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Compacted, as in Kafka, and never expired by time. Segments of 4 MiB instead of Kafka's
-#: offsets.topic.segment.bytes (100 MiB): the active segment is never cleaned, so it is what
-#: a start replays beyond the live keys; 4 MiB keeps that under a second (storage README).
-INTERNAL_TOPIC_CONFIGS = {
-    "cleanup.policy": "compact",
-    "retention.ms": "-1",
-    "segment.bytes": str(4 * 1024 * 1024),
-}
+def internal_topic_configs(segment_bytes: int) -> dict[str, str]:
+    """Compacted, as in Kafka, and never expired by time.
+
+    `segment_bytes` is offsets.topic.segment.bytes / transaction.state.log.segment.bytes,
+    whose oncelog default is 4 MiB instead of Kafka's 100 MiB: the active segment is never
+    cleaned, so it is what a start replays beyond the live keys; 4 MiB keeps that under a
+    second (storage README).
+    """
+    return {"cleanup.policy": "compact", "retention.ms": "-1", "segment.bytes": str(segment_bytes)}
 READ_CHUNK = 1 << 20
 
 

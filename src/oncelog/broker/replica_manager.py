@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
@@ -134,6 +134,30 @@ class ReplicaManager:
             raise KafkaStorageError(f"cannot create partitions of {spec.name}: {exc}") from exc
         log.info("created topic %s with %d partitions", spec.name, partitions)
         return image
+
+    def ensure_internal_topic(
+        self, name: str, partitions: int, configs: Mapping[str, str]
+    ) -> TopicImage:
+        """An internal topic with `configs`: created if missing; an existing one (say, from a
+        version with other defaults) takes the configs that differ, persisted and applied to
+        its partition logs from their next append on."""
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            return self.create_topic(TopicSpec(name, partitions, 1, configs), internal=True)
+        changed = {k: v for k, v in configs.items() if topic.configs.get(k) != v}
+        if not changed:
+            return topic
+        topic = replace(topic, configs={**topic.configs, **changed})
+        self.metadata.add_topic(topic)
+        self._log_configs.pop(name, None)
+        config = self._log_config(name)
+        assert config is not None
+        for p in range(topic.partitions):
+            plog = self.logs.get(TopicPartition(name, p))
+            if plog is not None:
+                plog.config = config
+        log.info("%s: configs updated to %s", name, changed)
+        return topic
 
     def maybe_auto_create(self, name: str) -> TopicImage | None:
         """Create a topic named in Metadata if auto.create.topics.enable allows it."""

@@ -13,8 +13,8 @@ import logging
 import os
 from collections.abc import Callable
 
-from oncelog.broker.internal_topics import INTERNAL_TOPIC_CONFIGS, read_entries
-from oncelog.broker.replica_manager import LEADER_EPOCH, ReplicaManager, TopicSpec
+from oncelog.broker.internal_topics import internal_topic_configs, read_entries
+from oncelog.broker.replica_manager import LEADER_EPOCH, ReplicaManager
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.records import partition_for
@@ -40,6 +40,7 @@ class TxnRuntime:
         self.clock = clock
         self.replicas = replicas
         self.partitions = config.get_int("transaction.state.log.num.partitions")
+        self.segment_bytes = config.get_int("transaction.state.log.segment.bytes")
         self.coordinator = TransactionCoordinator(
             TxnSettings(
                 max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
@@ -63,6 +64,7 @@ class TxnRuntime:
         if topic is None:
             return
         self.partitions = topic.partitions
+        self.ensure_topic()  # configs of an older version's topic brought up to date
         for p in range(topic.partitions):
             self._load(TopicPartition(TXN_TOPIC, p))
         for txn_id in self.coordinator.pending():
@@ -74,9 +76,8 @@ class TxnRuntime:
             self.coordinator.replay(record)
 
     def ensure_topic(self) -> None:
-        if self.replicas.topic(TXN_TOPIC) is None:
-            spec = TopicSpec(TXN_TOPIC, self.partitions, 1, INTERNAL_TOPIC_CONFIGS)
-            self.replicas.create_topic(spec, internal=True)
+        configs = internal_topic_configs(self.segment_bytes)
+        self.replicas.ensure_internal_topic(TXN_TOPIC, self.partitions, configs)
 
     # -- operations --------------------------------------------------------------------------
 
