@@ -30,6 +30,7 @@ from kio.serial._introspect import (
 )
 from kio.static.primitive import i64
 
+from oncelog.protocol.extensions import extended_response
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
 from oncelog.protocol.records.record import encode_unsigned_varint
 
@@ -49,7 +50,8 @@ def request_class(api_key: int, version: int) -> type[Any]:
 
 @cache
 def response_class(api_key: int, version: int) -> type[Any]:
-    return load_response_schema(api_key, version)
+    """kio's response class, or ours with oncelog's extra tagged fields (`extensions`)."""
+    return extended_response(api_key, version) or load_response_schema(api_key, version)
 
 
 def is_flexible(api_key: int, version: int) -> bool:
@@ -83,12 +85,10 @@ def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
     for them): librdkafka 2.16 sends Metadata v12 requests for all topics with three extra
     bytes, and a broker that refused them would be unusable for it.
     """
-    edits = check_array_counts(cls, buf, offset)
-    if edits:
-        edited = _apply_edits(buf, edits)
-        if edited is not None:
-            log.debug("ignored unknown tagged fields in %s v%d", cls.__name__, cls.__version__)
-            buf = edited
+    stripped = drop_unknown_tags(cls, buf, offset)
+    if stripped is not buf:
+        log.debug("ignored unknown tagged fields in %s v%d", cls.__name__, cls.__version__)
+        buf = stripped
     try:
         entity, size = _reader(cls)(buf, offset)
     except Exception as exc:  # kio raises DecodeError subclasses, ValueError, OverflowError
@@ -98,6 +98,14 @@ def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
             "ignored %d bytes after %s v%d", len(buf) - offset - size, cls.__name__, cls.__version__
         )
     return entity
+
+
+def drop_unknown_tags(cls: type[Any], buf: bytes, offset: int = 0) -> bytes:
+    """`buf` without the tagged fields `cls` does not know, as every Kafka client reads a
+    message (kio refuses them); `buf` itself when there are none. Checks array counts."""
+    edits = check_array_counts(cls, buf, offset)
+    edited = _apply_edits(buf, edits) if edits else None
+    return buf if edited is None else edited
 
 
 def encode_entity(entity: Any) -> bytes:

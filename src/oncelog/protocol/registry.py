@@ -35,6 +35,7 @@ class ApiKey(IntEnum):
     TXN_OFFSET_COMMIT = 28
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
+    DESCRIBE_LOG_DIRS = 35
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -73,6 +74,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
+    # v0 is not in kio (Kafka 4 dropped it too); v5 (KIP-1066 cordoned dirs) is not offered.
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
 }
 
