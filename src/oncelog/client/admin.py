@@ -1,6 +1,7 @@
 """Admin requests the operator tools need and confluent-kafka does not offer: producer
-state, transactions and markers (KIP-664), offsets by isolation level. Requests go to the
-node that can answer them (partition leader, transaction coordinator)."""
+state, transactions and markers (KIP-664), offsets by isolation level, log dirs with the
+cleaner's state. Requests go to the node that can answer them (partition leader,
+transaction coordinator)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 METADATA, LIST_OFFSETS, FIND_COORDINATOR = 3, 2, 10
 DESCRIBE_PRODUCERS, DESCRIBE_TRANSACTIONS, LIST_TRANSACTIONS = 61, 65, 66
 WRITE_TXN_MARKERS, OFFSET_FETCH, LIST_GROUPS, DESCRIBE_GROUPS = 27, 9, 16, 15
+DESCRIBE_LOG_DIRS = 35
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +39,20 @@ class TransactionListing:
     coordinator_id: int
     producer_id: int
     transaction_state: str
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirInfo:
+    """A partition's replica on its leader, from DescribeLogDirs."""
+
+    tp: TopicPartition
+    log_dir: str
+    size: int
+    offset_lag: int
+    #: The cleaner's dirty ratio (oncelog's tag 10000); None: not compacted, or not oncelog.
+    dirty_ratio: float | None
+    #: Last cleaning, ms since the epoch (oncelog's tag 10001); None: unknown or none yet.
+    last_clean_ms: int | None
 
 
 class Admin:
@@ -197,6 +213,47 @@ class Admin:
         leader = self.leaders[producer.tp]
         response = self.node(leader).call(WRITE_TXN_MARKERS, (0, 1), body)
         return int(response.markers[0].topics[0].partitions[0].error_code)
+
+    def describe_log_dirs(
+        self, topics: list[str] | None = None
+    ) -> dict[TopicPartition, LogDirInfo]:
+        """Each partition's replica on its leader (all topics when `topics` is None), one
+        DescribeLogDirs request per broker; partitions no leader reported are left out."""
+        out: dict[TopicPartition, LogDirInfo] = {}
+        requests: dict[int, dict[str, Any]] = {}
+        if topics is None:
+            requests = {node_id: {"topics": None} for node_id in sorted(self._nodes)}
+        else:
+            led = [tp for tp in self.leaders if tp.topic in topics and self.leaders[tp] >= 0]
+            for node_id, wanted in self.by_leader(sorted(led)).items():
+                entries = [{"topic": t, "partitions": ps} for t, ps in wanted.items()]
+                requests[node_id] = {"topics": entries}
+        for node_id, request in requests.items():
+            response = self.node(node_id).call(DESCRIBE_LOG_DIRS, (1, 4), request)
+            if int(getattr(response, "error_code", 0)) != 0:
+                raise ClientError(
+                    f"broker {node_id} cannot describe its log dirs: "
+                    f"{error_name(int(response.error_code))}"
+                )
+            for result in response.results:
+                if int(result.error_code) != 0:
+                    continue  # an offline log dir (KAFKA_STORAGE_ERROR) lists no partitions
+                for topic in result.topics:
+                    for p in topic.partitions:
+                        tp = TopicPartition(topic.name, p.partition_index)
+                        if self.leaders.get(tp) != node_id or p.is_future_key:
+                            continue
+                        ratio = getattr(p, "dirty_ratio", -1.0)
+                        cleaned = getattr(p, "last_clean_time_ms", -1)
+                        out[tp] = LogDirInfo(
+                            tp,
+                            result.log_dir,
+                            int(p.partition_size),
+                            int(p.offset_lag),
+                            None if ratio < 0 else float(ratio),
+                            None if cleaned < 0 else int(cleaned),
+                        )
+        return out
 
     def latest_offsets(
         self, tps: list[TopicPartition], read_committed: bool
