@@ -81,6 +81,9 @@ def test_topics_describe_has_id_replication_factor_and_configs(broker: BrokerPro
         "Leader: 1",
         "Replicas: 1",
         "Isr: 1",
+        f"Size: {(broker.data_dir / 'tuned-0' / ('0' * 20 + '.log')).stat().st_size}",
+        "DirtyRatio: 0.00",
+        "LastCleaned: -",
     ]
     assert lines[2].startswith("Topic: plain\t") and "PartitionCount: 2" in lines[2]
 

@@ -1,6 +1,8 @@
 """`oncelog topics create | list | describe | delete`, modelled on `kafka-topics.sh`.
 
-Built on confluent-kafka's admin client, so it works against Apache Kafka as well.
+Built on confluent-kafka's admin client, so it works against Apache Kafka as well. Partition
+sizes and the log cleaner's state come from one DescribeLogDirs request per broker
+(`oncelog.client`); the cleaner's fields are oncelog's tags, `-` against Apache Kafka.
 """
 
 from __future__ import annotations
@@ -8,7 +10,17 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from oncelog.cli.console import add_bootstrap, describe_error, exits_quietly, fail
+from oncelog.cli.console import (
+    MISSING,
+    add_bootstrap,
+    describe_error,
+    exits_quietly,
+    fail,
+    timestamp,
+)
+from oncelog.client.admin import Admin, LogDirInfo
+from oncelog.client.connection import ClientError
+from oncelog.types import TopicPartition
 
 TIMEOUT_S = 10.0
 
@@ -110,6 +122,7 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
     descriptions = admin.describe_topics(TopicCollection(names))
     configs = admin.describe_configs([ConfigResource("topic", n) for n in names])
     config_of = {resource.name: future for resource, future in configs.items()}
+    log_dirs = _log_dirs(args.bootstrap_server, names)
     status = 0
     for name in names:
         try:
@@ -125,9 +138,11 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         try:
             entries = config_of[name].result(TIMEOUT_S).values()
             overrides = ",".join(f"{e.name}={e.value}" for e in entries if not e.is_default)
+            policy = next((e.value for e in entries if e.name == "cleanup.policy"), "") or ""
+            compacted = "compact" in policy.split(",")
         except (KafkaException, TimeoutError) as exc:
             status = fail(f"configs of topic '{name}': {describe_error(exc) or 'no answer'}")
-            overrides = ""
+            overrides, compacted = "", False
         partitions = sorted(topic.partitions, key=lambda p: p.id)
         replication = len(partitions[0].replicas) if partitions else 0
         print(
@@ -142,8 +157,35 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
             print(
                 f"\tTopic: {name}\tPartition: {p.id}\tLeader: {leader}\t"
                 f"Replicas: {replicas}\tIsr: {isr}"
+                + _storage(log_dirs.get(TopicPartition(name, p.id)), compacted)
             )
     return status
+
+
+def _log_dirs(bootstrap: str, names: list[str]) -> dict[TopicPartition, LogDirInfo]:
+    """The partitions' sizes and cleaner state, one request per broker for all topics shown;
+    none (printed as `-`) when the brokers cannot say."""
+    try:
+        with Admin(bootstrap, timeout=TIMEOUT_S) as admin:
+            return admin.describe_log_dirs(names)
+    except (ClientError, OSError):
+        return {}
+
+
+def _storage(info: LogDirInfo | None, compacted: bool) -> str:
+    """`Size` (bytes on disk, as Kafka's tools print it) and, for compacted topics, the
+    cleaner's `DirtyRatio` and `LastCleaned`."""
+    size = ratio = cleaned = MISSING
+    if info is not None:
+        size = str(info.size)
+        if info.dirty_ratio is not None:
+            ratio = f"{info.dirty_ratio:.2f}"
+        if info.last_clean_ms is not None:
+            cleaned = timestamp(info.last_clean_ms)
+    out = f"\tSize: {size}"
+    if compacted or ratio != MISSING:
+        out += f"\tDirtyRatio: {ratio}\tLastCleaned: {cleaned}"
+    return out
 
 
 def kafka_uuid(text: str) -> str:
