@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import signal
 import socket
 import sys
@@ -33,6 +32,7 @@ from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig, Listener
 from oncelog.errors import KafkaError
+from oncelog.server.cleaner_pool import new_pool, stop_pool
 from oncelog.server.connection import Connection
 from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
@@ -248,9 +248,7 @@ class BrokerServer:
         while (picked := self.replicas.next_clean_job()) is not None:
             plog, job = picked
             if self._cleaner_pool is None:
-                self._cleaner_pool = ProcessPoolExecutor(
-                    max_workers=1, mp_context=multiprocessing.get_context("spawn")
-                )
+                self._cleaner_pool = new_pool()
             try:
                 result = await loop.run_in_executor(self._cleaner_pool, clean_segments, job)
             except asyncio.CancelledError:
@@ -265,13 +263,8 @@ class BrokerServer:
         """Stop the worker now: a round in progress only wrote `.cleaned` files, which the
         next load deletes."""
         pool, self._cleaner_pool = self._cleaner_pool, None
-        if pool is None:
-            return
-        processes = list((pool._processes or {}).values())
-        pool.shutdown(wait=False, cancel_futures=True)
-        for process in processes:
-            with contextlib.suppress(Exception):
-                process.kill()
+        if pool is not None:
+            stop_pool(pool)
 
     async def _expire_producers(self) -> None:
         removed = self.replicas.logs.remove_expired_producers()
