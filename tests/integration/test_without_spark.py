@@ -89,22 +89,17 @@ def test_help_without_spark() -> None:
         assert "Traceback" not in result.stderr, (args, result.stderr)
 
 
-def test_pipeline_without_java_is_one_line(tmp_path: Path) -> None:
-    """PySpark installed but no JVM: one line naming Java 17+, not py4j's page of errors."""
-    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # no java on PATH, no JAVA_HOME
-    done = subprocess.run(
+def averages_with(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """`oncelog pipeline averages` (PySpark installed) with only `env` for its environment."""
+    args = ["--input", "e", "--output", "a", "--checkpoint", str(tmp_path / "ck")]
+    return subprocess.run(
         [
             sys.executable,
             "-m",
             "oncelog",
             "pipeline",
             "averages",
-            "--input",
-            "e",
-            "--output",
-            "a",
-            "--checkpoint",
-            str(tmp_path / "ck"),
+            *args,
             "--bootstrap-server",
             "127.0.0.1:9",
         ],
@@ -114,6 +109,12 @@ def test_pipeline_without_java_is_one_line(tmp_path: Path) -> None:
         timeout=60,
         env=env,
     )
+
+
+def test_pipeline_without_java_is_one_line(tmp_path: Path) -> None:
+    """PySpark installed but no JVM: one line naming Java 17+, not py4j's page of errors."""
+    env = {"PATH": str(tmp_path), "HOME": str(tmp_path)}  # no java on PATH, no JAVA_HOME
+    done = averages_with(env, tmp_path)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "Traceback" not in done.stderr
     assert "Java 17+" in done.stderr and "no java on PATH" in done.stderr
@@ -121,29 +122,6 @@ def test_pipeline_without_java_is_one_line(tmp_path: Path) -> None:
     old.mkdir(parents=True)
     (old / "java").write_text("#!/bin/sh\necho 'openjdk version \"11.0.2\" 2019-01-15' >&2\n")
     (old / "java").chmod(0o755)
-    env["JAVA_HOME"] = str(old.parent)
-    env["PATH"] = "/usr/bin:/bin"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "oncelog",
-            "pipeline",
-            "averages",
-            "--input",
-            "e",
-            "--output",
-            "a",
-            "--checkpoint",
-            str(tmp_path / "ck"),
-            "--bootstrap-server",
-            "127.0.0.1:9",
-        ],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-    )
+    done = averages_with({**env, "JAVA_HOME": str(old.parent), "PATH": "/usr/bin:/bin"}, tmp_path)
     assert done.returncode == 2, done.stderr
     assert "is Java 11" in done.stderr
