@@ -18,11 +18,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from oncelog.errors import InvalidRecord, KafkaError
-from oncelog.protocol.records.batch import MAGIC_OFFSET, build_batch, iter_batches
-from oncelog.protocol.records.record import encode_record
+from oncelog.protocol.records.batch import MAGIC_OFFSET, iter_batches
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.storage.validator import validate_produce_records
-from tests.storage.util import T0, make_batch, open_log, read_all
+from tests.storage.test_transactions import txn_batch
+from tests.storage.util import make_batch, open_log, read_all
 
 MAX = 1 << 20
 PIDS = (7, 8)
@@ -67,21 +67,8 @@ REQUESTS = st.lists(
 
 
 def seq_batch(pid: int, seq: int, count: int) -> bytes:
-    body = b"".join(
-        encode_record(offset_delta=i, key=None, value=f"{pid}:{seq + i}".encode())
-        for i in range(count)
-    )
-    return build_batch(
-        base_offset=0,
-        records=body,
-        record_count=count,
-        last_offset_delta=count - 1,
-        base_timestamp=T0,
-        max_timestamp=T0,
-        producer_id=pid,
-        producer_epoch=0,
-        base_sequence=seq,
-    )
+    """An idempotent (non-transactional) batch of producer `pid`, epoch 0."""
+    return txn_batch(pid, 0, seq, count, transactional=False)
 
 
 class Model:
