@@ -234,6 +234,33 @@ def test_precommitted_read() -> None:
     assert {sent, reader, commit} <= indexes(a)
 
 
+def timed_txn_history(commit_invoked_at: float, poll_done_at: float) -> list[Op]:
+    """A transaction committed while a read_committed poll saw its write; the commit's ops
+    are written to the history after the poll's, as a writer worker's relayed ops are."""
+    rec = Record(T, 0, 0, "a")
+    return [
+        Txn("w", 1, "invoke", "begin", "tid-w", 1, time=1.0),
+        Txn("w", 1, "ok", "begin", "tid-w", 1, time=1.1),
+        Send("w", 2, "invoke", T, 0, "a", transactional_id="tid-w", txn=1, time=1.2),
+        Send("w", 2, "ok", T, 0, "a", transactional_id="tid-w", txn=1, offset=0, time=1.3),
+        Poll("c", 3, "invoke", "assign", "read_committed", time=1.4),
+        Poll("c", 3, "ok", "assign", "read_committed", (rec,), time=poll_done_at),
+        Txn("w", 4, "invoke", "commit", "tid-w", 1, time=commit_invoked_at),
+        Txn("w", 4, "ok", "commit", "tid-w", 1, time=2.0),
+        FinalRead(T, 0, "read_committed", (rec,), time=3.0),
+    ]
+
+
+def test_read_after_a_relayed_commit_invocation_is_clean() -> None:
+    """The poll completed after the commit was invoked (by the clocks), although its line
+    comes first: the markers may be written before the client hears back, no anomaly."""
+    assert_clean(check(timed_txn_history(commit_invoked_at=1.5, poll_done_at=1.6)))
+
+
+def test_read_before_the_commit_invocation_by_the_clocks_is_precommitted() -> None:
+    only(check(timed_txn_history(commit_invoked_at=1.7, poll_done_at=1.6)), "precommitted-read")
+
+
 def test_read_after_commit_is_clean() -> None:
     h = H()
     h.txn("p", "begin", 1)

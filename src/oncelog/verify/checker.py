@@ -383,7 +383,9 @@ class Checker:
                 self._add("aborted-read", tp, {**details, "status": status}, refs)
                 continue
             commit_pos = self.ix.commit_invoked.get(txn)
-            if commit_pos is not None and pos < commit_pos:
+            if commit_pos is not None and _happened_before(
+                pos, op, commit_pos, self.ix.ops[commit_pos]
+            ):
                 refs.append(_ref(commit_pos, self.ix.ops[commit_pos]))
                 self._add("precommitted-read", tp, details, refs)
 
@@ -528,3 +530,17 @@ class Checker:
 def check(ops: Sequence[Op]) -> CheckResult:
     """Check one history; see the module docstring for what is checked."""
     return Checker(ops).run()
+
+
+def _happened_before(pos: int, op: Op, other_pos: int, other: Op) -> bool:
+    """Whether `op` (at line `pos`) completed before `other` was recorded, in real time.
+
+    The lines of a history are in the order the recorder received them, and the ops of writer
+    worker processes reach it through a pipe, a little late: a commit invoked before a poll
+    completed can be written after it. So ops stamped with a wall-clock time (the same clock:
+    every process runs on this machine) are compared by time; unstamped ones (time 0) by line.
+    """
+    op_time, other_time = getattr(op, "time", 0.0), getattr(other, "time", 0.0)
+    if op_time and other_time:
+        return bool(op_time < other_time)
+    return pos < other_pos
