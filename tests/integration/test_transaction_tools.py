@@ -18,6 +18,10 @@ OVERRIDES = {
 }
 
 
+#: `oncelog transactions abort` of partition stuck-0; the start offset follows.
+ABORT_STUCK_0 = ("transactions", "abort", "--topic", "stuck", "--partition", "0", "--start-offset")
+
+
 def run(broker: BrokerProcess, *args: str) -> subprocess.CompletedProcess[str]:
     result = subprocess.run(
         [sys.executable, "-m", "oncelog", *args, "-b", broker.bootstrap],
@@ -108,47 +112,17 @@ os._exit(9)
     assert found[0][6].startswith("20") and found[0][6].endswith("Z")  # ISO-8601 UTC
     assert found[0][7].endswith("s")  # about 1.2 s: "1.3s"
 
-    wrong = run(
-        broker,
-        "transactions",
-        "abort",
-        "--topic",
-        "stuck",
-        "--partition",
-        "0",
-        "--start-offset",
-        "5",
-    )
+    wrong = run(broker, *ABORT_STUCK_0, "5")
     assert wrong.returncode == 1
     assert wrong.stderr.strip() == (
         "Error: no open transaction on stuck-0 starts at offset 5; open: producer 0 at offset 0"
     )
 
-    out = oncelog(
-        broker,
-        "transactions",
-        "abort",
-        "--topic",
-        "stuck",
-        "--partition",
-        "0",
-        "--start-offset",
-        "0",
-    )
+    out = oncelog(broker, *ABORT_STUCK_0, "0")
     assert out.strip() == (
         "Aborted the transaction of producer 0 (epoch 0) open on stuck-0 since offset 0."
     )
-    none_left = run(
-        broker,
-        "transactions",
-        "abort",
-        "--topic",
-        "stuck",
-        "--partition",
-        "0",
-        "--start-offset",
-        "0",
-    )
+    none_left = run(broker, *ABORT_STUCK_0, "0")
     assert none_left.returncode == 1
     assert none_left.stderr.strip() == "Error: no open transaction on stuck-0"
     assert committed_values(broker) == [b"after"]
