@@ -15,7 +15,7 @@ import contextlib
 import itertools
 import logging
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -40,7 +40,7 @@ from oncelog.protocol.records.batch import (
     set_log_append_time,
 )
 from oncelog.protocol.records.compression import batch_records
-from oncelog.protocol.records.control import build_marker, parse_marker
+from oncelog.protocol.records.control import ControlRecordError, build_marker
 from oncelog.protocol.records.record import record_offsets_and_timestamps
 from oncelog.storage import swap
 from oncelog.storage.segment import LogSegment
@@ -340,10 +340,8 @@ class PartitionLog:
         for segment in self.segments:
             if segment.next_offset <= start or segment.size == 0:
                 continue
-            headers = segment.headers_from(max(start, segment.base_offset))
-            completed = self.producer_state.replay(
-                (h for _, h in headers if h.base_offset >= start), _marker_reader(segment)
-            )
+            reader = _SegmentReplay(segment, start)
+            completed = self.producer_state.replay(reader.headers(), reader.marker)
             for txn in completed:
                 if txn.aborted:
                     self._index_abort(txn)
@@ -752,11 +750,29 @@ def _no_crash(step: str) -> None:
     return None
 
 
-def _marker_reader(segment: LogSegment) -> Callable[[BatchHeader], tuple[bool, int]]:
-    def read(header: BatchHeader) -> tuple[bool, int]:
-        return parse_marker(segment.read(header.base_offset, header.size))
+class _SegmentReplay:
+    """A segment's batches from `start` for a producer-state replay, read in chunks, with each
+    marker read as its chunk is walked (not one read per marker)."""
 
-    return read
+    def __init__(self, segment: LogSegment, start: int) -> None:
+        self.segment = segment
+        self.start = start
+        self._markers: dict[int, tuple[bool, int] | None] = {}
+
+    def headers(self) -> Iterator[BatchHeader]:
+        for _, header, marker in self.segment.batches_from(
+            max(self.start, self.segment.base_offset), markers=True
+        ):
+            if header.base_offset >= self.start:
+                if header.is_control:
+                    self._markers[header.base_offset] = marker
+                yield header
+
+    def marker(self, header: BatchHeader) -> tuple[bool, int]:
+        marker = self._markers.pop(header.base_offset, None)
+        if marker is None:
+            raise ControlRecordError(f"control batch at {header.base_offset} is not a marker")
+        return marker
 
 
 def _segment_may_hold(base: int, bases: list[int], recovery_point: int) -> bool:

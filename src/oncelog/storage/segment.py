@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +22,9 @@ from oncelog.protocol.records.batch import (
     BatchHeader,
     iter_batches,
     parse_header,
+    span_batches,
 )
+from oncelog.protocol.records.control import parse_marker_at
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.time_index import TimeIndex
 from oncelog.storage.txn_index import TransactionIndex
@@ -255,13 +257,7 @@ class LogSegment:
         if start is None or start >= end or (max_bytes <= 0 and not min_one):
             return b"", -1
         data = os.pread(self._fd, min(max(max_bytes, HEADER_SIZE), end - start), start)
-        cut = 0
-        next_offset = -1
-        for rel, header in iter_batches(data):
-            if max_offset is not None and header.base_offset >= max_offset:
-                break
-            cut = rel + header.size
-            next_offset = header.next_offset
+        cut, next_offset = span_batches(data, -1 if max_offset is None else max_offset)
         if cut == 0:
             if not min_one or len(data) < HEADER_SIZE:
                 return b"", -1
@@ -273,13 +269,33 @@ class LogSegment:
 
     def headers_from(self, offset: int) -> list[tuple[int, BatchHeader]]:
         """(position, header) of each batch from the one holding `offset` to the end."""
-        out: list[tuple[int, BatchHeader]] = []
-        pos = self.position_of(offset)
-        while pos is not None and pos + HEADER_SIZE <= self.size:
-            header = parse_header(os.pread(self._fd, HEADER_SIZE, pos))
-            out.append((pos, header))
-            pos += header.size
-        return out
+        return [(pos, header) for pos, header, _ in self.batches_from(offset)]
+
+    def batches_from(
+        self, offset: int, *, markers: bool = False
+    ) -> Iterator[tuple[int, BatchHeader, tuple[bool, int] | None]]:
+        """(position, header, marker) of each batch from the one holding `offset` to the end,
+        read in chunks; with `markers`, a control batch's (is COMMIT, coordinator epoch)."""
+        start = self.position_of(offset)
+        if start is None:
+            return
+        pos = start
+        want = _SCAN_CHUNK
+        while pos + HEADER_SIZE <= self.size:
+            chunk = os.pread(self._fd, min(want, self.size - pos), pos)
+            walked = list(iter_batches(chunk))
+            if not walked:
+                first = parse_header(chunk, 0)
+                if first.batch_length < MIN_BATCH_LENGTH or pos + first.size > self.size:
+                    return
+                want = first.size
+                continue
+            for rel, header in walked:
+                marker = parse_marker_at(chunk, rel) if markers and header.is_control else None
+                yield pos + rel, header, marker
+            last_rel, last = walked[-1]
+            pos += last_rel + last.size
+            want = _SCAN_CHUNK
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first batch with max timestamp >= `timestamp`."""

@@ -154,6 +154,431 @@ fail:
     return NULL;
 }
 
+
+/* Big-endian reads; the caller has checked the bounds. */
+static int64_t be64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = (v << 8) | p[i];
+    return (int64_t)v;
+}
+
+static int32_t be32(const unsigned char *p)
+{
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3]);
+}
+
+static int16_t be16(const unsigned char *p) { return (int16_t)(((uint16_t)p[0] << 8) | p[1]); }
+
+#define HEADER_SIZE 61
+#define LOG_OVERHEAD 12
+#define MIN_BATCH_LENGTH (HEADER_SIZE - LOG_OVERHEAD)
+
+/* One header as an instance of `cls` (BatchHeader, a NamedTuple: a tuple subclass without
+ * extra fields), filled as tuple.__new__ fills a subclass instance. */
+static PyObject *make_header(PyTypeObject *cls, const unsigned char *h)
+{
+    PyObject *out = cls->tp_alloc(cls, 13);
+    if (out == NULL)
+        return NULL;
+    PyObject *items[13] = {
+        PyLong_FromLongLong(be64(h)),
+        PyLong_FromLong(be32(h + 8)),
+        PyLong_FromLong(be32(h + 12)),
+        PyLong_FromLong((signed char)h[16]),
+        PyLong_FromUnsignedLong((uint32_t)be32(h + 17)),
+        PyLong_FromLong(be16(h + 21)),
+        PyLong_FromLong(be32(h + 23)),
+        PyLong_FromLongLong(be64(h + 27)),
+        PyLong_FromLongLong(be64(h + 35)),
+        PyLong_FromLongLong(be64(h + 43)),
+        PyLong_FromLong(be16(h + 51)),
+        PyLong_FromLong(be32(h + 53)),
+        PyLong_FromLong(be32(h + 57)),
+    };
+    int failed = 0;
+    for (int i = 0; i < 13; i++) {
+        if (items[i] == NULL)
+            failed = 1;
+        PyTuple_SET_ITEM(out, i, items[i]);
+    }
+    if (failed) {
+        Py_DECREF(out);
+        return NULL;
+    }
+    return out;
+}
+
+/* walk_batches(buf, cls, start, end): [(position, header)] of each complete batch of
+ * buf[start:end], as oncelog.protocol.records.batch.iter_batches walks them (stop at the first
+ * batch shorter than a header or running past `end`). Positions are relative to `start`. One
+ * call per stored region instead of a struct unpack and a NamedTuple per batch in Python: the
+ * walk is what recovery, producer-state rebuilds, coordinator loading and fetch reads share. */
+static PyObject *walk_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *cls_obj;
+    Py_ssize_t start = 0, end = -1;
+    if (!PyArg_ParseTuple(args, "y*O|nn", &view, &cls_obj, &start, &end))
+        return NULL;
+    PyObject *out = NULL;
+    if (!PyType_Check(cls_obj) || !PyType_IsSubtype((PyTypeObject *)cls_obj, &PyTuple_Type) ||
+        ((PyTypeObject *)cls_obj)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_TypeError, "cls must be a NamedTuple class");
+        goto done;
+    }
+    if (end < 0 || end > view.len)
+        end = view.len;
+    if (start < 0 || start > end) {
+        PyErr_SetString(PyExc_ValueError, "start outside the buffer");
+        goto done;
+    }
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    out = PyList_New(0);
+    if (out == NULL)
+        goto done;
+    Py_ssize_t pos = start;
+    while (end - pos >= HEADER_SIZE) {
+        int32_t length = be32(buf + pos + 8);
+        if (length < MIN_BATCH_LENGTH || (Py_ssize_t)length + LOG_OVERHEAD > end - pos)
+            break;
+        PyObject *header = make_header((PyTypeObject *)cls_obj, buf + pos);
+        PyObject *item = header == NULL ? NULL : Py_BuildValue("(nN)", pos - start, header);
+        if (item == NULL || PyList_Append(out, item) < 0) {
+            Py_XDECREF(item);
+            Py_CLEAR(out);
+            goto done;
+        }
+        Py_DECREF(item);
+        pos += (Py_ssize_t)length + LOG_OVERHEAD;
+    }
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* parse_marker_at(buf, pos): (is COMMIT, coordinator epoch) of the control batch at `pos`, or
+ * None if its record is not a transaction marker (same reading as control.parse_marker, the
+ * Python reference). */
+static PyObject *parse_marker_at(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t pos;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &pos))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    PyObject *out = NULL;
+    if (pos < 0 || view.len - pos < HEADER_SIZE)
+        goto none;
+    Py_ssize_t size = (Py_ssize_t)be32(buf + pos + 8) + LOG_OVERHEAD;
+    Py_ssize_t end = view.len - pos < size ? view.len : pos + size;
+    int64_t length, skip, key_len, value_len;
+    Py_ssize_t p = pos + HEADER_SIZE;
+    if (read_varint(buf, &p, end, &length) < 0)
+        goto none;
+    Py_ssize_t record_end = p + (Py_ssize_t)length;
+    if (record_end > end)
+        record_end = end;
+    p += 1;
+    if (read_varint(buf, &p, record_end, &skip) < 0 ||
+        read_varint(buf, &p, record_end, &skip) < 0 ||
+        read_varint(buf, &p, record_end, &key_len) < 0)
+        goto none;
+    if (end - p < 4)
+        goto none;
+    int16_t version = be16(buf + p), kind = be16(buf + p + 2);
+    if (key_len < pos + HEADER_SIZE - p || key_len > end - p)
+        goto none;
+    p += (Py_ssize_t)key_len;
+    if (read_varint(buf, &p, record_end, &value_len) < 0)
+        goto none;
+    long epoch = -1;
+    if (value_len >= 6) {
+        if (end - p < 6)
+            goto none;
+        epoch = be32(buf + p + 2);
+    }
+    if (version != 0 || (kind != 0 && kind != 1))
+        goto none;
+    out = Py_BuildValue("(Nl)", PyBool_FromLong(kind == 1), epoch);
+    PyBuffer_Release(&view);
+    return out;
+none:
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/* The fields of a stored batch header that the key scans below need. */
+typedef struct {
+    int64_t base_offset;
+    Py_ssize_t size;
+    int attributes;
+    int32_t last_offset_delta;
+    int64_t producer_id;
+    int32_t record_count;
+} batch_info;
+
+/* The batch at `pos` if it is complete within `end` (else 0). */
+static int next_batch(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, batch_info *b)
+{
+    if (end - pos < HEADER_SIZE)
+        return 0;
+    int32_t length = be32(buf + pos + 8);
+    if (length < MIN_BATCH_LENGTH || (Py_ssize_t)length + LOG_OVERHEAD > end - pos)
+        return 0;
+    const unsigned char *h = buf + pos;
+    b->base_offset = be64(h);
+    b->size = (Py_ssize_t)length + LOG_OVERHEAD;
+    b->attributes = be16(h + 21);
+    b->last_offset_delta = be32(h + 23);
+    b->producer_id = be64(h + 43);
+    b->record_count = be32(h + 57);
+    return 1;
+}
+
+/* Calls fn(key or NULL, offset delta, ctx) for each record of an uncompressed batch body;
+ * -1 (ValueError set) on a malformed record, else the return of the last failing fn or 0. */
+typedef int (*record_fn)(const unsigned char *key, int64_t key_len, int64_t offset_delta,
+                         void *ctx);
+
+static int each_record(const unsigned char *buf, Py_ssize_t pos, Py_ssize_t end, int32_t count,
+                       record_fn fn, void *ctx)
+{
+    for (int32_t i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, key_length;
+        if (read_varint(buf, &pos, end, &length) < 0 || length < 1 || length > end - pos)
+            goto malformed;
+        Py_ssize_t record_end = pos + (Py_ssize_t)length;
+        Py_ssize_t p = pos + 1;
+        if (read_varint(buf, &p, record_end, &ts_delta) < 0 ||
+            read_varint(buf, &p, record_end, &offset_delta) < 0 ||
+            read_varint(buf, &p, record_end, &key_length) < 0 || key_length > record_end - p)
+            goto malformed;
+        if (fn(key_length < 0 ? NULL : buf + p, key_length, offset_delta, ctx) < 0)
+            return -1;
+        pos = record_end;
+    }
+    return 0;
+malformed:
+    PyErr_SetString(PyExc_ValueError, "malformed record in batch body");
+    return -1;
+}
+
+static int contains_long(PyObject *set, int64_t value)
+{
+    if (set == Py_None || PySet_GET_SIZE(set) == 0)
+        return 0;
+    PyObject *v = PyLong_FromLongLong(value);
+    if (v == NULL)
+        return -1;
+    int found = PySet_Contains(set, v);
+    Py_DECREF(v);
+    return found;
+}
+
+typedef struct {
+    PyObject *latest;
+    int64_t base;
+} collect_ctx;
+
+static int collect_one(const unsigned char *key, int64_t key_len, int64_t delta, void *c)
+{
+    collect_ctx *ctx = (collect_ctx *)c;
+    if (key == NULL)
+        return 0;
+    PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)key_len);
+    PyObject *v = k == NULL ? NULL : PyLong_FromLongLong(ctx->base + delta);
+    int rc = v == NULL ? -1 : PyDict_SetItem(ctx->latest, k, v);
+    Py_XDECREF(k);
+    Py_XDECREF(v);
+    return rc;
+}
+
+/* collect_latest(buf, stable, latest, suspects): the first pass of reading a log as a
+ * cleaning would leave it (oncelog.storage.latest). For each complete batch below offset
+ * `stable`: a data batch's keyed records set latest[key] = offset (batches come in offset
+ * order, so the last write is the latest); control batches are skipped. Batches the caller must
+ * look at itself are not read but listed: transactional batches and markers of a producer id in
+ * `suspects` (it has aborted transactions) and compressed data batches. Returns (listed
+ * positions, bytes consumed, offset after the last batch consumed or -1, reached `stable`). */
+static PyObject *collect_latest(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long stable;
+    PyObject *latest, *suspects;
+    if (!PyArg_ParseTuple(args, "y*LO!O", &view, &stable, &PyDict_Type, &latest, &suspects))
+        return NULL;
+    PyObject *held = NULL, *out = NULL;
+    if (suspects != Py_None && !PyAnySet_Check(suspects)) {
+        PyErr_SetString(PyExc_TypeError, "suspects must be a set or None");
+        goto done;
+    }
+    held = PyList_New(0);
+    if (held == NULL)
+        goto done;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0;
+    int64_t next_offset = -1;
+    int reached = 0;
+    batch_info b;
+    while (next_batch(buf, pos, view.len, &b)) {
+        if (b.base_offset >= stable) {
+            reached = 1;
+            break;
+        }
+        int control = b.attributes & 0x20, txn = b.attributes & 0x10;
+        int suspect = txn ? contains_long(suspects, b.producer_id) : 0;
+        if (suspect < 0)
+            goto done;
+        if (suspect || (!control && (b.attributes & 0x07))) {
+            PyObject *p = PyLong_FromSsize_t(pos);
+            if (p == NULL || PyList_Append(held, p) < 0) {
+                Py_XDECREF(p);
+                goto done;
+            }
+            Py_DECREF(p);
+        } else if (!control) {
+            collect_ctx ctx = {latest, b.base_offset};
+            if (each_record(buf, pos + HEADER_SIZE, pos + b.size, b.record_count, collect_one,
+                            &ctx) < 0)
+                goto done;
+        }
+        pos += b.size;
+        next_offset = b.base_offset + b.last_offset_delta + 1;
+    }
+    out = Py_BuildValue("(OnLN)", held, pos, (long long)next_offset, PyBool_FromLong(reached));
+done:
+    Py_XDECREF(held);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+typedef struct {
+    PyObject *latest;
+    int64_t base;
+    int32_t kept;
+} select_ctx;
+
+static int select_one(const unsigned char *key, int64_t key_len, int64_t delta, void *c)
+{
+    select_ctx *ctx = (select_ctx *)c;
+    if (key == NULL) {
+        ctx->kept++;
+        return 0;
+    }
+    PyObject *k = PyBytes_FromStringAndSize((const char *)key, (Py_ssize_t)key_len);
+    if (k == NULL)
+        return -1;
+    PyObject *v = PyDict_GetItemWithError(ctx->latest, k);
+    Py_DECREF(k);
+    if (v == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        ctx->kept++;
+        return 0;
+    }
+    long long latest = PyLong_AsLongLong(v);
+    if (latest == -1 && PyErr_Occurred())
+        return -1;
+    if (ctx->base + delta >= latest)
+        ctx->kept++;
+    return 0;
+}
+
+/* select_latest(buf, stable, upper, latest, aborted): the second pass. For each complete batch
+ * below offset `upper`: (position, size, whole) when it stays (whole) or needs the caller
+ * (compressed data, or some but not all records superseded: whole is False); nothing when it
+ * goes (every record superseded, an empty data batch, or its base offset in `aborted`).
+ * Markers and everything from `stable` on stay. A record stays if its key is null, unknown to
+ * `latest` or its offset is at least latest[key]. Returns (items, bytes consumed, offset after
+ * the last batch consumed or -1, reached `upper`). */
+static PyObject *select_latest(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long stable, upper;
+    PyObject *latest, *aborted;
+    if (!PyArg_ParseTuple(args, "y*LLO!O", &view, &stable, &upper, &PyDict_Type, &latest,
+                          &aborted))
+        return NULL;
+    PyObject *items = NULL, *out = NULL;
+    if (aborted != Py_None && !PyAnySet_Check(aborted)) {
+        PyErr_SetString(PyExc_TypeError, "aborted must be a set or None");
+        goto done;
+    }
+    items = PyList_New(0);
+    if (items == NULL)
+        goto done;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0;
+    int64_t next_offset = -1;
+    int reached = 0;
+    batch_info b;
+    while (next_batch(buf, pos, view.len, &b)) {
+        if (b.base_offset >= upper) {
+            reached = 1;
+            break;
+        }
+        int whole = -1; /* -1: goes, 0: caller, 1: stays whole */
+        if (b.base_offset >= stable || (b.attributes & 0x20)) {
+            whole = 1;
+        } else {
+            int dead = contains_long(aborted, b.base_offset);
+            if (dead < 0)
+                goto done;
+            if (!dead && b.record_count > 0) {
+                if (b.attributes & 0x07) {
+                    whole = 0;
+                } else {
+                    select_ctx ctx = {latest, b.base_offset, 0};
+                    if (each_record(buf, pos + HEADER_SIZE, pos + b.size, b.record_count,
+                                    select_one, &ctx) < 0)
+                        goto done;
+                    whole = ctx.kept == b.record_count ? 1 : ctx.kept == 0 ? -1 : 0;
+                }
+            }
+        }
+        if (whole >= 0) {
+            PyObject *item = Py_BuildValue("(nnN)", pos, b.size, PyBool_FromLong(whole));
+            if (item == NULL || PyList_Append(items, item) < 0) {
+                Py_XDECREF(item);
+                goto done;
+            }
+            Py_DECREF(item);
+        }
+        pos += b.size;
+        next_offset = b.base_offset + b.last_offset_delta + 1;
+    }
+    out = Py_BuildValue("(OnLN)", items, pos, (long long)next_offset, PyBool_FromLong(reached));
+done:
+    Py_XDECREF(items);
+    PyBuffer_Release(&view);
+    return out;
+}
+
+/* span_batches(buf, max_offset): (bytes of the complete batches at the start of buf that begin
+ * below offset max_offset (-1: no limit), offset after the last of them or -1). What a read
+ * needs to cut a region at a batch boundary, without a header object per batch. */
+static PyObject *span_batches(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long max_offset = -1;
+    if (!PyArg_ParseTuple(args, "y*|L", &view, &max_offset))
+        return NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0;
+    int64_t next_offset = -1;
+    batch_info b;
+    while (next_batch(buf, pos, view.len, &b)) {
+        if (max_offset >= 0 && b.base_offset >= max_offset)
+            break;
+        pos += b.size;
+        next_offset = b.base_offset + b.last_offset_delta + 1;
+    }
+    PyBuffer_Release(&view);
+    return Py_BuildValue("(nL)", pos, (long long)next_offset);
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(body, count): (start, end, body, after_ts, ts_delta, offset_delta, "
@@ -161,6 +586,16 @@ static PyMethodDef methods[] = {
     {"check_records", check_records, METH_VARARGS,
      "check_records(buf, start, end, count, require_key=False): walk the records of a batch; "
      "return None, or (problem, record index, value)."},
+    {"walk_batches", walk_batches, METH_VARARGS,
+     "walk_batches(buf, cls, start=0, end=-1): [(position, header)] of each complete batch."},
+    {"parse_marker_at", parse_marker_at, METH_VARARGS,
+     "parse_marker_at(buf, pos): (is COMMIT, coordinator epoch) of a marker, or None."},
+    {"collect_latest", collect_latest, METH_VARARGS,
+     "collect_latest(buf, stable, latest, suspects): first pass of a latest-per-key read."},
+    {"select_latest", select_latest, METH_VARARGS,
+     "select_latest(buf, stable, upper, latest, aborted): second pass of a latest-per-key read."},
+    {"span_batches", span_batches, METH_VARARGS,
+     "span_batches(buf, max_offset=-1): (bytes, next offset) of the whole batches below it."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,9 +16,16 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
+from types import ModuleType
 from typing import NamedTuple
 
 from crc32c import crc32c
+
+_speedups: ModuleType | None
+try:
+    from oncelog.protocol.records import _speedups
+except ImportError:  # the C extension is optional
+    _speedups = None
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength precede the part batchLength counts
@@ -123,8 +130,30 @@ def iter_batches(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, Bat
     """Yield (position, header) of each complete batch in a stored log region.
 
     Stops at the first incomplete or implausible batch; callers that need to know where the
-    valid data ends compare the last position + size with the buffer length.
+    valid data ends compare the last position + size with the buffer length. The C walk
+    (`_speedups.walk_batches`) does the same in one call; `iter_batches_python` is the
+    reference and the fallback.
     """
+    if _speedups is not None:
+        return iter(_speedups.walk_batches(buf, BatchHeader))
+    return iter_batches_python(buf)
+
+
+def span_batches(buf: bytes | bytearray | memoryview, max_offset: int = -1) -> tuple[int, int]:
+    """(bytes, next offset) of the whole batches at the start of `buf` that begin below
+    `max_offset` (-1: any); next offset -1 when there is none. Reads cut a region with it."""
+    if _speedups is not None:
+        result: tuple[int, int] = _speedups.span_batches(buf, max_offset)
+        return result
+    cut, next_offset = 0, -1
+    for pos, header in iter_batches_python(buf):
+        if 0 <= max_offset <= header.base_offset:
+            break
+        cut, next_offset = pos + header.size, header.next_offset
+    return cut, next_offset
+
+
+def iter_batches_python(buf: bytes | bytearray | memoryview) -> Iterator[tuple[int, BatchHeader]]:
     pos = 0
     end = len(buf)
     while pos + HEADER_SIZE <= end:

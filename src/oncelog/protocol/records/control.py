@@ -9,6 +9,7 @@ control records; read_committed consumers use them to drop aborted data.
 from __future__ import annotations
 
 import struct
+from types import ModuleType
 
 from oncelog.protocol.records.batch import (
     CONTROL_FLAG,
@@ -18,7 +19,13 @@ from oncelog.protocol.records.batch import (
     build_batch,
     parse_header,
 )
-from oncelog.protocol.records.record import decode_varint, encode_record
+from oncelog.protocol.records.record import RecordFormatError, decode_varint, encode_record
+
+_speedups: ModuleType | None
+try:
+    from oncelog.protocol.records import _speedups
+except ImportError:  # the C extension is optional
+    _speedups = None
 
 ABORT = 0
 COMMIT = 1
@@ -54,22 +61,49 @@ def build_marker(
 
 def parse_marker(batch: bytes | bytearray | memoryview) -> tuple[bool, int]:
     """(is COMMIT, coordinator epoch) of a stored control batch."""
-    header = parse_header(batch, 0)
-    end = min(len(batch), header.size)
+    marker = parse_marker_at(batch, 0)
+    if marker is None:
+        raise ControlRecordError("control record is not a transaction marker")
+    return marker
+
+
+def parse_marker_at(buf: bytes | bytearray | memoryview, pos: int) -> tuple[bool, int] | None:
+    """(is COMMIT, coordinator epoch) of the control batch at `pos` of a stored region, or
+    None if its record is not a transaction marker. The C version reads it in place (no
+    slice per marker: a coordinator's start replays one marker per transaction)."""
+    if _speedups is not None:
+        result: tuple[bool, int] | None = _speedups.parse_marker_at(buf, pos)
+        return result
+    return parse_marker_at_python(buf, pos)
+
+
+def parse_marker_at_python(
+    buf: bytes | bytearray | memoryview, pos: int
+) -> tuple[bool, int] | None:
+    if pos < 0 or len(buf) - pos < HEADER_SIZE:
+        return None
+    header = parse_header(buf, pos)
+    end = min(len(buf), pos + header.size)
     try:
-        length, pos = decode_varint(batch, HEADER_SIZE, end)
-        record_end = pos + length
-        _, pos = decode_varint(batch, pos + 1, record_end)  # timestamp delta
-        _, pos = decode_varint(batch, pos, record_end)  # offset delta
-        key_len, pos = decode_varint(batch, pos, record_end)
-        version, kind = _KEY.unpack_from(batch, pos)
-        pos += key_len
-        value_len, pos = decode_varint(batch, pos, record_end)
-        _, coordinator_epoch = (
-            _VALUE.unpack_from(batch, pos) if value_len >= _VALUE.size else (0, -1)
-        )
-    except (ValueError, struct.error) as exc:
-        raise ControlRecordError(f"undecodable control record: {exc}") from exc
+        length, p = decode_varint(buf, pos + HEADER_SIZE, end)
+        record_end = min(p + length, end)
+        _, p = decode_varint(buf, p + 1, record_end)  # timestamp delta
+        _, p = decode_varint(buf, p, record_end)  # offset delta
+        key_len, p = decode_varint(buf, p, record_end)
+        if end - p < _KEY.size:
+            return None
+        version, kind = _KEY.unpack_from(buf, p)
+        p += key_len
+        if p < pos + HEADER_SIZE:
+            return None
+        value_len, p = decode_varint(buf, p, record_end)
+        coordinator_epoch = -1
+        if value_len >= _VALUE.size:
+            if end - p < _VALUE.size:
+                return None
+            _, coordinator_epoch = _VALUE.unpack_from(buf, p)
+    except RecordFormatError:
+        return None
     if version != 0 or kind not in (ABORT, COMMIT):
-        raise ControlRecordError(f"control record version {version} type {kind}")
+        return None
     return kind == COMMIT, int(coordinator_epoch)

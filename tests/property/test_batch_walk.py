@@ -1,0 +1,97 @@
+"""The C batch walk and marker reader read stored regions exactly as their Python references
+do: on well-formed logs, on torn tails, and on arbitrary (damaged) bytes."""
+
+from __future__ import annotations
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from oncelog.protocol.records import _speedups as speedups
+from oncelog.protocol.records import batch as batch_mod
+from oncelog.protocol.records import control
+from oncelog.protocol.records.batch import BatchHeader, build_batch, iter_batches_python
+from oncelog.protocol.records.control import build_marker, parse_marker_at_python
+from oncelog.protocol.records.record import encode_record
+
+
+def _data_batch(base: int, count: int, pid: int) -> bytes:
+    body = b"".join(encode_record(offset_delta=i, key=b"k%d" % i, value=b"v") for i in range(count))
+    return build_batch(
+        base_offset=base,
+        records=body,
+        record_count=count,
+        last_offset_delta=count - 1,
+        base_timestamp=1,
+        max_timestamp=2,
+        attributes=0x10 if pid >= 0 else 0,
+        producer_id=pid,
+        producer_epoch=3 if pid >= 0 else -1,
+        base_sequence=0 if pid >= 0 else -1,
+    )
+
+
+batches = st.lists(
+    st.one_of(
+        st.builds(_data_batch, st.integers(0, 2**40), st.integers(1, 5), st.integers(-1, 9)),
+        st.builds(
+            lambda pid, commit, epoch: build_marker(
+                producer_id=pid,
+                producer_epoch=1,
+                commit=commit,
+                coordinator_epoch=epoch,
+                timestamp=5,
+            ),
+            st.integers(0, 2**40),
+            st.booleans(),
+            st.integers(-1, 2**31 - 1),
+        ),
+    ),
+    max_size=8,
+)
+
+
+def _region(parts: list[bytes], cut: int, flips: list[tuple[int, int]]) -> bytes:
+    data = bytearray(b"".join(parts))
+    for where, value in flips:
+        if data:
+            data[where % len(data)] = value
+    return bytes(data[: max(0, len(data) - cut)])
+
+
+@given(batches, st.integers(0, 80), st.lists(st.tuples(st.integers(0), st.integers(0, 255))))
+def test_c_walk_matches_python(parts: list[bytes], cut: int, flips: list[tuple[int, int]]) -> None:
+    data = _region(parts, cut, flips)
+    walked = speedups.walk_batches(data, BatchHeader)
+    assert walked == list(iter_batches_python(data))
+    assert all(type(h) is BatchHeader for _, h in walked)
+    assert list(batch_mod.iter_batches(memoryview(data))) == walked
+
+
+@given(st.binary(max_size=300), st.integers(0, 300), st.integers(0, 300))
+def test_c_walk_of_any_bytes_and_bounds(data: bytes, start: int, end: int) -> None:
+    start = min(start, len(data))
+    end = max(start, min(end, len(data)))
+    expected = list(iter_batches_python(data[start:end]))
+    assert speedups.walk_batches(data, BatchHeader, start, end) == expected
+
+
+@given(batches, st.integers(0, 80), st.lists(st.tuples(st.integers(0), st.integers(0, 255))))
+def test_c_marker_reader_matches_python(
+    parts: list[bytes], cut: int, flips: list[tuple[int, int]]
+) -> None:
+    data = _region(parts, cut, flips)
+    positions = [0]
+    for part in parts:
+        positions.append(positions[-1] + len(part))
+    for pos in [*positions, len(data) + 5, -1]:
+        assert speedups.parse_marker_at(data, pos) == parse_marker_at_python(data, pos)
+
+
+def test_markers_read_as_built() -> None:
+    for commit in (True, False):
+        marker = build_marker(
+            producer_id=7, producer_epoch=2, commit=commit, coordinator_epoch=11, timestamp=1
+        )
+        assert control.parse_marker_at(b"xx" + marker, 2) == (commit, 11)
+        assert parse_marker_at_python(b"xx" + marker, 2) == (commit, 11)
+    assert control.parse_marker_at(_data_batch(0, 1, 3), 0) is None
