@@ -27,7 +27,8 @@ from oncelog.config import LogConfig
 from oncelog.protocol.records.batch import iter_batches
 from oncelog.protocol.records.compression import batch_records
 from oncelog.protocol.records.record import record_keys_and_values, record_offsets_and_timestamps
-from oncelog.storage.cleaner import CleanerSettings, LogCleaner, clean_segments, read_latest
+from oncelog.storage.cleaner import CleanerSettings, LogCleaner, clean_segments
+from oncelog.storage.latest import read_latest, read_latest_python
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.types import TopicPartition
 from tests.storage.cleaner_util import Producer, consume, send_plain, table
@@ -212,6 +213,10 @@ def test_cleaning_and_crashes_keep_the_log_equivalent(workload: list[tuple[objec
 
 def latest_rows(plog: PartitionLog) -> list[tuple[int, bytes, bytes | None]]:
     out: list[tuple[int, bytes, bytes | None]] = []
+    # the C passes leave out and rebuild exactly what the Python reference does
+    assert b"".join(read_latest(plog, chunk_bytes=256)) == b"".join(
+        read_latest_python(plog, chunk_bytes=256)
+    )
     for data in read_latest(plog, chunk_bytes=256):
         for pos, header in iter_batches(data):
             if header.is_control:

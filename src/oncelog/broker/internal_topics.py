@@ -7,7 +7,7 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import TypeVar
 
-from oncelog.storage.cleaner import read_latest
+from oncelog.storage.latest import read_latest
 from oncelog.storage.partition_log import PartitionLog
 
 log = logging.getLogger(__name__)

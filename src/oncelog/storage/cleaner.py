@@ -37,7 +37,6 @@ import os
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from hashlib import blake2b
 from pathlib import Path
 from types import ModuleType
 from typing import NamedTuple
@@ -786,78 +785,3 @@ class LogCleaner:
             raise
         self.finish(plog, job, result, crash)
         return result
-
-
-# -- reading a log as cleaning would leave it (coordinator loading) -----------------------------
-
-
-def _chunks(plog: PartitionLog, start: int, upper: int, chunk_bytes: int) -> Iterator[bytes]:
-    offset = start
-    while offset < upper:
-        data = bytes(plog.read(offset, chunk_bytes, upper).records)
-        batches = list(iter_batches(data))
-        if not batches:
-            return
-        yield data
-        offset = batches[-1][1].next_offset
-
-
-def read_latest(plog: PartitionLog, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
-    """The log's batches up to the high watermark, with what a cleaning would remove left
-    out: records whose key has a later record (not of an aborted transaction) below the last
-    stable offset, and aborted transactions' data. Markers, tombstones and everything at or
-    above the last stable offset pass; offsets are kept. Replaying this gives a coordinator
-    the same state as replaying every record (it must, since the cleaner does the same on
-    disk), at the cost of a key scan instead of a decode per superseded record.
-    """
-    stable = plog.last_stable_offset
-    start = plog.log_start_offset
-    aborted = [t for s in plog.segments for t in s.txn_index.entries]
-    latest = _latest_offsets(plog, start, stable, aborted, chunk_bytes)
-    txns = _Transactions(aborted)
-    for data in _chunks(plog, start, plog.high_watermark, chunk_bytes):
-        out: list[bytes | memoryview] = []
-        view = memoryview(data)
-        for pos, header in iter_batches(data):
-            whole = view[pos : pos + header.size]
-            if header.base_offset >= stable:
-                out.append(whole)
-            elif header.is_control:
-                txns.on_marker(header, _marker_kind(data, pos, header))
-                out.append(whole)
-            elif not txns.on_batch(header) and header.record_count:
-                body = batch_records(data, pos, header)
-                kept = [
-                    rec
-                    for rec in _records(body, header.record_count)
-                    if rec.key_length < 0
-                    or header.base_offset + rec.offset_delta >= latest.get(_digest(body, rec), -1)
-                ]
-                if len(kept) == header.record_count:
-                    out.append(whole)
-                elif kept:
-                    out.append(_rebuild(header, body, kept, None))
-        if out:
-            yield b"".join(out)
-
-
-def _digest(body: bytes, rec: _Record) -> bytes:
-    return blake2b(body[rec.key_start : rec.key_start + rec.key_length], digest_size=16).digest()
-
-
-def _latest_offsets(
-    plog: PartitionLog, start: int, stable: int, aborted: list[AbortedTxn], chunk_bytes: int
-) -> dict[bytes, int]:
-    """Key digest -> offset of its latest record below `stable`, aborted data left out."""
-    latest: dict[bytes, int] = {}
-    txns = _Transactions(aborted)
-    for data in _chunks(plog, start, stable, chunk_bytes):
-        for pos, header in iter_batches(data):
-            if header.is_control:
-                txns.on_marker(header, _marker_kind(data, pos, header))
-            elif not txns.on_batch(header) and header.record_count:
-                body = batch_records(data, pos, header)
-                for rec in _records(body, header.record_count):
-                    if rec.key_length >= 0:
-                        latest[_digest(body, rec)] = header.base_offset + rec.offset_delta
-    return latest

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, build_batch, iter_batches
 from oncelog.protocol.records.compression import batch_records
-from oncelog.protocol.records.control import ControlRecordError, parse_marker
+from oncelog.protocol.records.control import parse_marker_at
 from oncelog.protocol.records.record import encode_record, record_keys_and_values
 
 OFFSET_KEY_VERSION = 1
@@ -288,11 +288,10 @@ def decode_entries(data: bytes | memoryview) -> tuple[list[LogEntry], int]:
     for pos, header in iter_batches(data):
         next_offset = header.next_offset
         if header.is_control:
-            try:
-                commit, _ = parse_marker(data[pos : pos + header.size])
-            except ControlRecordError:
+            marker = parse_marker_at(data, pos)
+            if marker is None:
                 continue  # not a transaction marker: nothing for the coordinator
-            out.append(TxnEnd(header.producer_id, commit))
+            out.append(TxnEnd(header.producer_id, marker[0]))
             continue
         body = batch_records(data, pos, header)
         pid, epoch = (
