@@ -371,3 +371,19 @@ def test_truncate_to_restarts_the_roll_clock(tmp_path: Path) -> None:
     append(plog, [b"b"], timestamp=clock.wall_ms())  # same segment: it started at T0+5000
     assert [(s.base_offset, s.next_offset) for s in plog.segments] == [(0, 2)]
     plog.close()
+
+
+def test_tail_batch_with_an_offset_beyond_the_index_range_is_truncated(tmp_path: Path) -> None:
+    """A garbled tail whose base offset is more than int32 past the segment's base cannot be
+    indexed (index entries are relative int32, as Kafka's): recovery cuts it off instead of
+    failing the start."""
+    plog = open_log(tmp_path, CONFIG)
+    append(plog, [b"a", b"b"])
+    end, stored = plog.log_end_offset, read_all(plog)
+    plog.close()
+    log_file = next(plog.directory.glob("*.log"))
+    with log_file.open("ab") as f:
+        f.write(make_batch([b"garbled"], base_offset=2**40))
+    reloaded = open_log(tmp_path, CONFIG, clean=False)
+    assert reloaded.log_end_offset == end
+    assert read_all(reloaded) == stored

@@ -11,6 +11,7 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 from crc32c import crc32c
 
@@ -29,7 +30,16 @@ from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.time_index import TimeIndex
 from oncelog.storage.txn_index import TransactionIndex
 
+_speedups: ModuleType | None
+try:
+    from oncelog.protocol.records import _speedups
+except ImportError:  # the C extension is optional
+    _speedups = None
+
 _SCAN_CHUNK = 1 << 20
+#: Index entries hold offsets relative to the segment's base as int32, as Kafka's do; a batch
+#: beyond that is garbage (a garbled tail), not something to index.
+_MAX_RELATIVE_OFFSET = 2**31 - 1
 _IOV_MAX = 1024
 
 
@@ -123,17 +133,15 @@ class LogSegment:
         want = _SCAN_CHUNK
         while pos < self.size:
             chunk = os.pread(self._fd, want, pos)
-            advanced = 0
-            stopped = False
-            for rel, header in iter_batches(chunk):
-                if not _plausible(header, next_offset, self.base_offset) or (
-                    validate and not _crc_ok(chunk, rel, header)
-                ):
-                    stopped = True
-                    break
-                self._note_batch(header, pos + rel, rebuild)
-                next_offset = header.next_offset
-                advanced = rel + header.size
+            planned = self._planned_scan(
+                chunk, pos, next_offset, validate=validate, rebuild=rebuild
+            )
+            if planned is not None:
+                advanced, next_offset, stopped = planned
+            else:
+                advanced, next_offset, stopped = self._scan_chunk(
+                    chunk, pos, next_offset, validate=validate, rebuild=rebuild
+                )
             pos += advanced
             if stopped:
                 break
@@ -149,6 +157,52 @@ class LogSegment:
             want = _SCAN_CHUNK
         self.next_offset = next_offset
         return RecoveryResult(pos, self.size - pos, next_offset)
+
+    def _planned_scan(
+        self, chunk: bytes, pos: int, next_offset: int, *, validate: bool, rebuild: bool
+    ) -> tuple[int, int, bool] | None:
+        """`_scan_chunk` with the walk in C (`_speedups.plan_scan`) and one crc32c call per
+        batch; None (the caller walks in Python) without the extension or when a CRC does not
+        match, so the rare damaged chunk takes the reference path."""
+        if _speedups is None:
+            return None
+        crcs, advanced, next_offset, max_ts, since, entries, stopped = _speedups.plan_scan(
+            chunk,
+            next_offset,
+            self.base_offset,
+            self._bytes_since_index,
+            self.index_interval_bytes,
+            self.index.entries > 0,
+            self.max_timestamp,
+        )
+        if validate:
+            view = memoryview(chunk)
+            if any(crc32c(view[p + CRC_START : p + n]) != crc for p, n, crc in crcs):
+                return None
+        self.max_timestamp = max_ts
+        if rebuild:
+            self._bytes_since_index = since
+            for offset, rel, running_max in entries:
+                self.index.append(offset, pos + rel)
+                self.time_index.maybe_append(running_max, offset)
+        return advanced, next_offset, stopped
+
+    def _scan_chunk(
+        self, chunk: bytes, pos: int, next_offset: int, *, validate: bool, rebuild: bool
+    ) -> tuple[int, int, bool]:
+        """(bytes advanced, next offset, stopped at an invalid batch) of one chunk's walk."""
+        advanced = 0
+        stopped = False
+        for rel, header in iter_batches(chunk):
+            if not _plausible(header, next_offset, self.base_offset) or (
+                validate and not _crc_ok(chunk, rel, header)
+            ):
+                stopped = True
+                break
+            self._note_batch(header, pos + rel, rebuild)
+            next_offset = header.next_offset
+            advanced = rel + header.size
+        return advanced, next_offset, stopped
 
     def _note_batch(self, header: BatchHeader, position: int, rebuild: bool) -> None:
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
@@ -337,6 +391,7 @@ def _plausible(header: BatchHeader, next_offset: int, base_offset: int) -> bool:
         header.magic == CURRENT_MAGIC
         and header.base_offset >= max(next_offset, base_offset)
         and header.last_offset_delta >= 0
+        and header.last_offset - base_offset <= _MAX_RELATIVE_OFFSET
         and header.batch_length >= MIN_BATCH_LENGTH
     )
 

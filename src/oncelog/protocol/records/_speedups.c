@@ -579,6 +579,69 @@ static PyObject *span_batches(PyObject *self, PyObject *args)
     return Py_BuildValue("(nL)", pos, (long long)next_offset);
 }
 
+/* plan_scan(buf, next_offset, base_offset, bytes_since_index, index_interval, has_entries,
+ * max_timestamp): a segment load's walk over one chunk (oncelog.storage.segment), without a
+ * header object per batch. Walks complete batches while they are plausible (magic 2, base
+ * offset at or past max(next_offset, base_offset), last offset delta >= 0, last offset within
+ * int32 of base_offset, as index entries need) and returns
+ * (crcs, consumed, next_offset, max_timestamp, bytes_since_index, entries, stopped):
+ * crcs lists (position, size, stored crc) for the caller to check with crc32c; entries lists
+ * the (offset, position, running max timestamp) the offset and time indexes get, by the rule
+ * of LogSegment._maybe_index; stopped is true when an implausible batch ended the walk. */
+static PyObject *plan_scan(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long next_offset, base_offset, bytes_since, interval, max_ts;
+    int has_entries;
+    if (!PyArg_ParseTuple(args, "y*LLLLpL", &view, &next_offset, &base_offset, &bytes_since,
+                          &interval, &has_entries, &max_ts))
+        return NULL;
+    PyObject *crcs = PyList_New(0), *entries = PyList_New(0), *out = NULL;
+    if (crcs == NULL || entries == NULL)
+        goto done;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 0;
+    int stopped = 0;
+    batch_info b;
+    while (next_batch(buf, pos, view.len, &b)) {
+        long long floor = next_offset > base_offset ? next_offset : base_offset;
+        if (buf[pos + 16] != 2 || b.base_offset < floor || b.last_offset_delta < 0 ||
+            b.base_offset - base_offset > INT32_MAX - (long long)b.last_offset_delta) {
+            stopped = 1;
+            break;
+        }
+        PyObject *c = Py_BuildValue("(nnk)", pos, b.size, (unsigned long)(uint32_t)be32(buf + pos + 17));
+        if (c == NULL || PyList_Append(crcs, c) < 0) {
+            Py_XDECREF(c);
+            goto done;
+        }
+        Py_DECREF(c);
+        long long batch_max = be64(buf + pos + 35);
+        if (batch_max > max_ts)
+            max_ts = batch_max;
+        bytes_since += b.size;
+        if (bytes_since > interval || !has_entries) {
+            PyObject *e = Py_BuildValue("(LnL)", (long long)b.base_offset, pos, max_ts);
+            if (e == NULL || PyList_Append(entries, e) < 0) {
+                Py_XDECREF(e);
+                goto done;
+            }
+            Py_DECREF(e);
+            bytes_since = 0;
+            has_entries = 1;
+        }
+        next_offset = b.base_offset + b.last_offset_delta + 1;
+        pos += b.size;
+    }
+    out = Py_BuildValue("(OnLLLON)", crcs, pos, next_offset, max_ts, bytes_since, entries,
+                        PyBool_FromLong(stopped));
+done:
+    Py_XDECREF(crcs);
+    Py_XDECREF(entries);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(body, count): (start, end, body, after_ts, ts_delta, offset_delta, "
@@ -596,6 +659,9 @@ static PyMethodDef methods[] = {
      "select_latest(buf, stable, upper, latest, aborted): second pass of a latest-per-key read."},
     {"span_batches", span_batches, METH_VARARGS,
      "span_batches(buf, max_offset=-1): (bytes, next offset) of the whole batches below it."},
+    {"plan_scan", plan_scan, METH_VARARGS,
+     "plan_scan(buf, next_offset, base_offset, bytes_since_index, interval, has_entries, "
+     "max_timestamp): a segment load's walk over one chunk."},
     {NULL, NULL, 0, NULL},
 };
 
