@@ -112,6 +112,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("log.flush.interval.messages", C.LONG, str(LONG_MAX), "flush.messages", at_least=1),
     ConfigDef("log.flush.interval.ms", C.LONG, None, "flush.ms", at_least=0),
     ConfigDef("log.flush.scheduler.interval.ms", C.LONG, str(LONG_MAX)),
+    ConfigDef(
+        "log.flush.offset.checkpoint.interval.ms",
+        C.INT,
+        "60000",
+        at_least=0,
+        doc="The frequency with which we update the persistent record of the last flush which "
+        "acts as the log recovery point. oncelog: each time, partitions with new data are "
+        "fsynced and get a producer snapshot, so an unclean restart re-validates and replays "
+        "at most this much (storage README). 0: never.",
+    ),
     ConfigDef("log.index.interval.bytes", C.INT, "4096", "index.interval.bytes", at_least=0),
     ConfigDef("log.index.size.max.bytes", C.INT, "10485760", "segment.index.bytes", at_least=4),
     ConfigDef("log.cleanup.policy", C.LIST, "delete", "cleanup.policy", one_of=CLEANUP_POLICIES),
@@ -514,6 +524,10 @@ class BrokerConfig:
     @property
     def flush_scheduler_interval_ms(self) -> int:
         return self.get_int("log.flush.scheduler.interval.ms")
+
+    @property
+    def flush_offset_checkpoint_interval_ms(self) -> int:
+        return self.get_int("log.flush.offset.checkpoint.interval.ms")
 
     def topic_defaults(self) -> dict[str, str]:
         """The topic-level defaults this broker gives (topic key -> raw value)."""

@@ -146,6 +146,12 @@ class ProducerStateManager:
         snapshot.write(directory, self.map_end_offset, self.producers.values())
         snapshot.delete_older(directory, SNAPSHOTS_KEPT)
 
+    def frozen_entries(self) -> list[ProducerStateEntry]:
+        """The entries as of `map_end_offset`, for a snapshot written elsewhere (a worker
+        thread) while appends go on: `update` replaces an entry, never changes it in place
+        (`prepare` stages a copy), so a list of the current ones stays as it was."""
+        return list(self.producers.values())
+
     def load_snapshot(self, directory: Path, log_end_offset: int) -> int | None:
         """Load the newest valid snapshot not beyond `log_end_offset`; return its offset.
 

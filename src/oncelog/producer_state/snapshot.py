@@ -15,7 +15,9 @@ last seq int32, last offset int64, offset delta int32, timestamp int64.
 from __future__ import annotations
 
 import contextlib
+import os
 import struct
+import uuid
 from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
@@ -104,6 +106,29 @@ def decode(data: bytes) -> tuple[int, list[ProducerStateEntry]]:
 def write(directory: Path, offset: int, entries: Iterable[ProducerStateEntry]) -> Path:
     path = snapshot_path(directory, offset)
     write_atomically(path, encode(offset, entries))
+    return path
+
+
+def write_pending(directory: Path, offset: int, data: bytes) -> Path:
+    """The first half of an atomic write, for a writer that must check before publishing:
+    `data` fsynced under a name of its own (`*.tmp`, which a load deletes)."""
+    tmp = directory / f"{offset:020d}{SUFFIX}.{uuid.uuid4().hex}.tmp"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def publish(pending: Path, directory: Path, offset: int) -> Path:
+    """The second half: rename a `write_pending` file into place; durable once the caller
+    fsyncs the directory."""
+    path = snapshot_path(directory, offset)
+    os.replace(pending, path)
     return path
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
-from oncelog.storage.partition_log import PartitionLog, ProducerSettings
+from oncelog.storage.partition_log import PartitionLog, ProducerSettings, RecoveryCheckpoint
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -118,6 +118,8 @@ class LogManager:
         self.producers = producers or ProducerSettings()
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
+        self._written: dict[Path, dict[tuple[str, int], int]] = {}
+        """What each checkpoint file holds, as last written by this broker."""
         self.clean_start = True
 
     def startup(self, config_for: Callable[[str], LogConfig | None]) -> None:
@@ -229,19 +231,55 @@ class LogManager:
         for _, plog in self.partitions():
             plog.maybe_flush_by_time()
 
-    def checkpoint(self) -> None:
+    def checkpoint(self, *, if_changed: bool = False) -> None:
+        """Write the checkpoint files; `if_changed`: only those whose content changed."""
         for log_dir in self.log_dirs:
             mine = {tp: plog for tp, plog in self.partitions() if self._dir_of.get(tp) == log_dir}
-            write_offset_checkpoint(
-                log_dir / RECOVERY_POINT_FILE, {tp: p.recovery_point for tp, p in mine.items()}
-            )
-            write_offset_checkpoint(
-                log_dir / LOG_START_FILE, {tp: p.log_start_offset for tp, p in mine.items()}
-            )
-            write_offset_checkpoint(
-                log_dir / CLEANER_CHECKPOINT_FILE,
-                {tp: p.cleaner_checkpoint for tp, p in mine.items() if p.cleaner_checkpoint > 0},
-            )
+            files: dict[str, dict[tuple[str, int], int]] = {
+                RECOVERY_POINT_FILE: {tp: p.recovery_point for tp, p in mine.items()},
+                LOG_START_FILE: {tp: p.log_start_offset for tp, p in mine.items()},
+                CLEANER_CHECKPOINT_FILE: {
+                    tp: p.cleaner_checkpoint for tp, p in mine.items() if p.cleaner_checkpoint > 0
+                },
+            }
+            for name, offsets in files.items():
+                path = log_dir / name
+                if if_changed and self._written.get(path) == offsets:
+                    continue
+                self._written.pop(path, None)  # unknown if the write fails half-way
+                write_offset_checkpoint(path, offsets)
+                self._written[path] = offsets
+
+    # -- periodic checkpoint (log.flush.offset.checkpoint.interval.ms): the server calls the
+    # first and last on its event loop and `write_checkpoints` in a worker thread -------------
+
+    def begin_checkpoints(self) -> list[tuple[PartitionLog, RecoveryCheckpoint]]:
+        """Note the log end and producer state of every partition with new data."""
+        out = []
+        for _, plog in self.partitions():
+            cp = plog.begin_checkpoint()
+            if cp is not None:
+                out.append((plog, cp))
+        return out
+
+    def write_checkpoints(self, pending: list[tuple[PartitionLog, RecoveryCheckpoint]]) -> None:
+        """fsync and write the snapshots (slow: meant for a worker thread)."""
+        for plog, cp in pending:
+            plog.write_checkpoint(cp)
+
+    def finish_checkpoints(self, pending: list[tuple[PartitionLog, RecoveryCheckpoint]]) -> int:
+        """Move the recovery points of the partitions written (and still ours), then write
+        the checkpoint files that changed; return how many partitions moved."""
+        moved = sum(
+            1
+            for plog, cp in pending
+            if self.logs.get(plog.tp) is plog and plog.finish_checkpoint(cp)
+        )
+        try:
+            self.checkpoint(if_changed=True)
+        except OSError as exc:
+            log.warning("writing the offset checkpoint files failed: %s", exc)
+        return moved
 
     def shutdown(self) -> None:
         """Flush everything, write checkpoints and the clean-shutdown marker."""

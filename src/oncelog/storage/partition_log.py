@@ -15,6 +15,7 @@ import contextlib
 import itertools
 import logging
 import shutil
+import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,11 +24,13 @@ from typing import Protocol
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import InvalidRecord, OffsetOutOfRange
+from oncelog.fileio import fsync_dir
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
-from oncelog.producer_state.entry import BatchMetadata
+from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
 from oncelog.producer_state.manager import (
     DEFAULT_PRODUCER_ID_EXPIRATION_MS,
+    SNAPSHOTS_KEPT,
     ProducerStateManager,
 )
 from oncelog.producer_state.tracker import ProducerTracker
@@ -81,6 +84,24 @@ class AppendInfo:
     duplicate: bool = False
 
 
+@dataclass(slots=True)
+class RecoveryCheckpoint:
+    """One periodic checkpoint of a partition (log.flush.offset.checkpoint.interval.ms):
+    noted on the event loop (`begin_checkpoint`), written in a worker thread
+    (`write_checkpoint`), applied on the loop (`finish_checkpoint`)."""
+
+    offset: int
+    """The log end when noted: the recovery point and snapshot offset it may give."""
+    entries: list[ProducerStateEntry] | None
+    """The producer state as of `offset`; None if it was not at the log end then."""
+    segments: list[LogSegment]
+    """Segments that may hold data not yet fsynced."""
+    generation: int
+    failed: list[LogSegment] = field(default_factory=list)
+    error: str = ""
+    snapshot_written: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class ReadResult:
     records: bytes | memoryview
@@ -112,6 +133,16 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock.monotonic_ms()
         self._rolled_unflushed: list[LogSegment] = []
+        self._snapshot_offset = 0
+        """Offset of the newest producer snapshot written or loaded (the log start when
+        none was): a restart replays producer state from there."""
+        self._snapshot_lock = threading.Lock()
+        """Orders a worker's snapshot publish against changes that make it wrong."""
+        self._generation = 0
+        """Bumped (under the lock) by truncation, close and delete: a checkpoint noted
+        before is stale."""
+        self._snapshot_floor = 0
+        """Snapshots below it are unusable: the cleaner rewrote the log below it."""
         settings = producers or ProducerSettings()
         self.producer_state = ProducerStateManager(tp, settings.expiration_ms, settings.tracker)
         self.cleaner_checkpoint = 0
@@ -332,6 +363,7 @@ class PartitionLog:
                     self.log_start_offset,
                 )
             start = self.log_start_offset
+        self._snapshot_offset = start
         self.replay_producer_state(start)
 
     def replay_producer_state(self, start: int) -> None:
@@ -466,6 +498,7 @@ class PartitionLog:
         self._rolled_unflushed.append(old)
         self._add_segment(self._new_segment(self.log_end_offset))
         self.producer_state.take_snapshot(self.directory)
+        self._snapshot_offset = self.producer_state.map_end_offset
         log.debug("%s: rolled new segment at offset %d", self.tp, self.log_end_offset)
         return old
 
@@ -489,6 +522,77 @@ class PartitionLog:
             self.clock.monotonic_ms() - self._last_flush_ms >= self.config.flush_ms
         ):
             self.flush()
+
+    # -- periodic checkpoint: bounds what an unclean restart re-validates and replays ----------
+
+    def begin_checkpoint(self) -> RecoveryCheckpoint | None:
+        """Note the log end and the producer state there (event loop, so the two agree);
+        None if nothing was appended since the last checkpoint, roll or load."""
+        end = self.log_end_offset
+        if end <= min(self.recovery_point, self._snapshot_offset):
+            return None
+        state = self.producer_state
+        entries = state.frozen_entries() if state.map_end_offset == end else None
+        unflushed = [s for s in self.segments if s.next_offset > self.recovery_point]
+        return RecoveryCheckpoint(end, entries, unflushed, self._generation)
+
+    def write_checkpoint(self, cp: RecoveryCheckpoint) -> None:
+        """fsync the noted segments, then write the snapshot at `cp.offset` (worker thread).
+
+        Never raises for IO: the outcome is left in `cp` for `finish_checkpoint`. The
+        snapshot is published only if the log was not truncated, closed or cleaned past
+        it meanwhile, since the next start would trust a snapshot that no longer matches.
+        """
+        for segment in cp.segments:
+            try:
+                segment.flush()
+            except (OSError, ValueError) as exc:  # closed meanwhile (retention, cleaner)
+                cp.failed.append(segment)
+                cp.error = cp.error or f"fsync of segment {segment.base_offset}: {exc}"
+        if cp.failed:
+            return
+        pending = None
+        try:
+            fsync_dir(self.directory)  # new segment files' names
+            if cp.entries is None:
+                return
+            pending = snapshot.write_pending(
+                self.directory, cp.offset, snapshot.encode(cp.offset, cp.entries)
+            )
+            with self._snapshot_lock:
+                if cp.generation != self._generation or cp.offset < self._snapshot_floor:
+                    return
+                snapshot.publish(pending, self.directory, cp.offset)
+                pending = None
+            fsync_dir(self.directory)
+            cp.snapshot_written = True
+            snapshot.delete_older(self.directory, SNAPSHOTS_KEPT)
+        except OSError as exc:
+            cp.error = f"writing producer snapshot {cp.offset}: {exc}"
+        finally:
+            if pending is not None:
+                pending.unlink(missing_ok=True)
+
+    def finish_checkpoint(self, cp: RecoveryCheckpoint) -> bool:
+        """Move the recovery point to the noted offset if everything below it is on disk
+        (event loop); return whether it moved. A failure is logged and retried next time."""
+        if cp.generation != self._generation:
+            return False  # truncated, closed or deleted meanwhile
+        if cp.error:
+            live = set(map(id, self.segments))
+            if not cp.failed or any(id(s) in live for s in cp.failed):
+                log.warning(
+                    "%s: checkpoint at offset %d failed, recovery point stays at %d: %s",
+                    self.tp,
+                    cp.offset,
+                    self.recovery_point,
+                    cp.error,
+                )
+            return False
+        self.recovery_point = max(self.recovery_point, cp.offset)
+        if cp.snapshot_written:
+            self._snapshot_offset = max(self._snapshot_offset, cp.offset)
+        return True
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -708,7 +812,9 @@ class PartitionLog:
         """Swap cleaned segments (`<base>.log.cleaned`, ...) in for the segments they were
         made of. Producer snapshots below `end` go first: a replay from one of them would
         miss batches the cleaner removed (a transaction's data and marker)."""
-        snapshot.delete_before(self.directory, end)
+        with self._snapshot_lock:
+            self._snapshot_floor = max(self._snapshot_floor, end)
+            snapshot.delete_before(self.directory, end)
         for base, old_bases in groups:
             old = [s for s in self.segments if s.base_offset in old_bases]
             first = self.segments.index(old[0])
@@ -725,14 +831,19 @@ class PartitionLog:
 
     def truncate_to(self, offset: int) -> None:
         """Drop everything at or after `offset` (recovery tests; followers later)."""
-        while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
-            segment = self.segments.pop()
-            self._bases.pop()
-            segment.delete()
-        self.active.truncate_to(offset)
-        self.rebuild_producer_state()
+        with self._snapshot_lock:
+            self._generation += 1
+            while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
+                segment = self.segments.pop()
+                self._bases.pop()
+                segment.delete()
+            self.active.truncate_to(offset)
+            self.rebuild_producer_state()  # deletes the snapshots beyond the new end
+        self.recovery_point = min(self.recovery_point, self.log_end_offset)
 
     def close(self, *, flush: bool = True) -> None:
+        with self._snapshot_lock:
+            self._generation += 1
         if flush:
             self.flush()
             self.producer_state.take_snapshot(self.directory)
@@ -740,6 +851,8 @@ class PartitionLog:
             segment.close()
 
     def delete(self) -> None:
+        with self._snapshot_lock:
+            self._generation += 1
         self.producer_state.clear()
         for segment in self.segments:
             segment.close()
