@@ -40,7 +40,6 @@ from oncelog.storage.log_manager import LogDirError, lock_log_dirs
 log = logging.getLogger(__name__)
 
 CONNECTIONS_MAX_IDLE_MS = 600_000
-CHECKPOINT_INTERVAL_S = 60.0
 ROLLED_FLUSH_INTERVAL_S = 1.0
 EXIT_STARTUP_FAILED = 1
 
@@ -141,7 +140,6 @@ class BrokerServer:
                 self._every(self.config.retention_check_interval_ms / 1000, self._retention)
             ),
             asyncio.create_task(self._every(ROLLED_FLUSH_INTERVAL_S, self._flush)),
-            asyncio.create_task(self._every(CHECKPOINT_INTERVAL_S, self._checkpoint)),
             asyncio.create_task(self._every(10.0, self._close_idle)),
             asyncio.create_task(
                 self._every(
@@ -156,6 +154,11 @@ class BrokerServer:
                 )
             ),
         ]
+        checkpoint_ms = self.config.flush_offset_checkpoint_interval_ms
+        if checkpoint_ms > 0:
+            self._tasks.append(
+                asyncio.create_task(self._every(checkpoint_ms / 1000, self._checkpoint))
+            )
         cleaner = self.replicas.cleaner.settings
         if cleaner.enable and cleaner.threads > 0:
             self._tasks.append(
@@ -277,7 +280,13 @@ class BrokerServer:
             log.info("expired %d offset/group records (offsets.retention.minutes)", removed)
 
     async def _checkpoint(self) -> None:
-        self.replicas.logs.checkpoint()
+        """The recovery-point checkpoint: partitions with new data are noted here, fsynced
+        and snapshotted in a worker thread, and their recovery points moved back here."""
+        logs = self.replicas.logs
+        pending = logs.begin_checkpoints()
+        if pending:
+            await asyncio.get_running_loop().run_in_executor(None, logs.write_checkpoints, pending)
+        logs.finish_checkpoints(pending)
 
     async def _close_idle(self) -> None:
         now = self.clock.monotonic_ms()
