@@ -119,8 +119,8 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         at_least=0,
         doc="The frequency with which we update the persistent record of the last flush which "
         "acts as the log recovery point. oncelog: each time, partitions with new data are "
-        "fsynced and get a producer snapshot, so an unclean restart re-validates and replays "
-        "at most this much (storage README). 0: never.",
+        "fsynced and get a producer snapshot, so an unclean restart replays at most about this "
+        "much producer state (storage README). 0: never.",
     ),
     ConfigDef("log.index.interval.bytes", C.INT, "4096", "index.interval.bytes", at_least=0),
     ConfigDef("log.index.size.max.bytes", C.INT, "10485760", "segment.index.bytes", at_least=4),
