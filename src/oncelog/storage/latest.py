@@ -18,11 +18,11 @@ reference the property tests compare with, and the fallback without the extensio
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from hashlib import blake2b
 from types import ModuleType
 
-from oncelog.protocol.records.batch import iter_batches, parse_header, span_batches
+from oncelog.protocol.records.batch import BatchHeader, iter_batches, parse_header, span_batches
 from oncelog.protocol.records.compression import batch_records
 from oncelog.storage.cleaner import _marker_kind, _rebuild, _Record, _records, _Transactions
 from oncelog.storage.partition_log import PartitionLog
@@ -57,18 +57,9 @@ def read_latest(plog: PartitionLog, chunk_bytes: int = 1 << 20) -> Iterator[byte
             if whole:
                 out.append(view[pos : pos + size])
                 continue
-            header = parse_header(data, pos)
-            body = batch_records(data, pos, header)
-            kept = [
-                rec
-                for rec in _records(body, header.record_count)
-                if rec.key_length < 0
-                or header.base_offset + rec.offset_delta >= latest.get(_key(body, rec), -1)
-            ]
-            if len(kept) == header.record_count:
-                out.append(view[pos : pos + size])
-            elif kept:
-                out.append(_rebuild(header, body, kept, None))
+            kept = _kept(data, pos, parse_header(data, pos), latest, _key)
+            if kept is not None:
+                out.append(kept)
         if out:
             yield b"".join(out)
 
@@ -102,6 +93,27 @@ def _collect(
                     if offset > latest.get(key, -1):
                         latest[key] = offset
     return latest, dead
+
+
+def _kept(
+    data: bytes,
+    pos: int,
+    header: BatchHeader,
+    latest: dict[bytes, int],
+    key_of: Callable[[bytes, _Record], bytes],
+) -> bytes | memoryview | None:
+    """The batch at `pos` with only its records that stay (a record stays if its key is null
+    or has no later record): itself if all do, None if none does."""
+    body = batch_records(data, pos, header)
+    kept = [
+        rec
+        for rec in _records(body, header.record_count)
+        if rec.key_length < 0
+        or header.base_offset + rec.offset_delta >= latest.get(key_of(body, rec), -1)
+    ]
+    if len(kept) == header.record_count:
+        return memoryview(data)[pos : pos + header.size]
+    return _rebuild(header, body, kept, None) if kept else None
 
 
 def _key(body: bytes, rec: _Record) -> bytes:
@@ -141,17 +153,9 @@ def read_latest_python(plog: PartitionLog, chunk_bytes: int = 1 << 20) -> Iterat
                 txns.on_marker(header, _marker_kind(data, pos, header))
                 out.append(whole)
             elif not txns.on_batch(header) and header.record_count:
-                body = batch_records(data, pos, header)
-                kept = [
-                    rec
-                    for rec in _records(body, header.record_count)
-                    if rec.key_length < 0
-                    or header.base_offset + rec.offset_delta >= latest.get(_digest(body, rec), -1)
-                ]
-                if len(kept) == header.record_count:
-                    out.append(whole)
-                elif kept:
-                    out.append(_rebuild(header, body, kept, None))
+                kept = _kept(data, pos, header, latest, _digest)
+                if kept is not None:
+                    out.append(kept)
         if out:
             yield b"".join(out)
 
