@@ -147,3 +147,15 @@ def test_segment_recovery_in_c_matches_python(
             )
             seg.close()
     assert seen[0] == seen[1]
+
+
+@given(batches, st.integers(0, 80), st.integers(-1, 2**41))
+def test_c_span_matches_the_walk(parts: list[bytes], cut: int, max_offset: int) -> None:
+    """A read's cut (bytes and next offset of the whole batches below `max_offset`)."""
+    data = _region(_offsets_from(parts, 0), cut, [])
+    expected_cut, expected_next = 0, -1
+    for pos, header in iter_batches_python(data):
+        if 0 <= max_offset <= header.base_offset:
+            break
+        expected_cut, expected_next = pos + header.size, header.next_offset
+    assert speedups.span_batches(data, max_offset) == (expected_cut, expected_next)
