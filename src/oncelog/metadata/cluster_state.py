@@ -1,0 +1,330 @@
+"""The replicated cluster's metadata as it is kept in etcd: one small JSON value per key.
+
+Like Kafka's ZooKeeper mode, every fact has its own key so that each can be changed on its
+own by compare-and-swap and watched: broker registrations live under their broker's lease
+(they vanish when it dies), partition states change only by CAS on their mod_revision. Every
+value carries `"version": 1` so that a later layout can be read beside this one, and a value
+that does not decode raises one `ClusterStateError` naming the key's kind, never a KeyError.
+
+Keys here are relative to the cluster's prefix; the IO adapter adds it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
+
+VERSION = 1
+NO_LEADER = -1
+PRODUCER_IDS_KEY = "producer_ids"
+CONTROLLER_KEY = "controller"
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
+_INT = re.compile(r"0|[1-9][0-9]*")
+
+T = TypeVar("T")
+
+
+class ClusterStateError(ValueError):
+    """A stored value or key that does not decode: one line saying which and why."""
+
+
+# -- decoding helpers: strict types, so a wrong value never slips in as a bool or float --------
+
+
+def _load(data: bytes, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ClusterStateError(f"{what}: not JSON ({exc})") from None
+    if not isinstance(obj, dict):
+        raise ClusterStateError(f"{what}: not a JSON object")
+    if obj.get("version") != VERSION:
+        raise ClusterStateError(f"{what}: unsupported version {obj.get('version')!r}")
+    return obj
+
+
+def _field(obj: dict[str, Any], key: str, kind: type[T], what: str) -> T:
+    if key not in obj:
+        raise ClusterStateError(f"{what}: missing {key!r}")
+    value = obj[key]
+    # bool is an int in Python: refuse it where an int is meant, and the other way round.
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ClusterStateError(f"{what}: {key!r} is not a {kind.__name__}: {value!r}")
+    return value
+
+
+def _ints(value: object, key: str, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, int) and not isinstance(v, bool) for v in value
+    ):
+        raise ClusterStateError(f"{what}: {key!r} is not a list of integers: {value!r}")
+    return tuple(value)
+
+
+def _dump(obj: dict[str, Any]) -> bytes:
+    return json.dumps({"version": VERSION, **obj}, separators=(",", ":")).encode()
+
+
+def _decoded(what: str, build: Callable[..., T], *args: Any) -> T:
+    """Build a value from decoded fields; its own checks become ClusterStateError."""
+    try:
+        return build(*args)
+    except ClusterStateError as exc:
+        raise ClusterStateError(f"{what}: {exc}") from None
+
+
+# -- the values ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRegistration:
+    """`brokers/<node_id>`, written under the broker's lease: present means alive."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
+
+    def to_bytes(self) -> bytes:
+        return _dump(
+            {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> BrokerRegistration:
+        what = "broker registration"
+        obj = _load(data, what)
+        rack = obj.get("rack")
+        if rack is not None and not isinstance(rack, str):
+            raise ClusterStateError(f"{what}: 'rack' is not a str: {rack!r}")
+        return cls(
+            _field(obj, "node_id", int, what),
+            _field(obj, "host", str, what),
+            _field(obj, "port", int, what),
+            rack,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerInfo:
+    """`controller`, under the controller's lease; its create_revision is the epoch."""
+
+    node_id: int
+
+    def to_bytes(self) -> bytes:
+        return _dump({"node_id": self.node_id})
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> ControllerInfo:
+        return cls(_field(_load(data, "controller"), "node_id", int, "controller"))
+
+
+@dataclass(frozen=True, slots=True)
+class TopicAssignment:
+    """`topics/<name>`: the replicas of each partition (preferred leader first) and configs.
+
+    Written once by CreateTopics and rewritten by CreatePartitions; the controller derives
+    every partition state from it.
+    """
+
+    name: str
+    topic_id: uuid.UUID
+    replicas: tuple[tuple[int, ...], ...]
+    configs: Mapping[str, str]
+    internal: bool = False
+
+    def __post_init__(self) -> None:
+        replicas = tuple(tuple(r) for r in self.replicas)
+        for p, r in enumerate(replicas):
+            if not r or len(set(r)) != len(r):
+                raise ClusterStateError(f"topic {self.name}: bad replicas of partition {p}: {r}")
+        object.__setattr__(self, "replicas", replicas)
+        object.__setattr__(self, "configs", MappingProxyType(dict(self.configs)))
+
+    @property
+    def partitions(self) -> int:
+        return len(self.replicas)
+
+    def to_bytes(self) -> bytes:
+        return _dump(
+            {
+                "name": self.name,
+                "topic_id": str(self.topic_id),
+                "replicas": [list(r) for r in self.replicas],
+                "configs": dict(self.configs),
+                "internal": self.internal,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> TopicAssignment:
+        what = "topic assignment"
+        obj = _load(data, what)
+        raw_id = _field(obj, "topic_id", str, what)
+        try:
+            topic_id = uuid.UUID(raw_id)
+        except ValueError:
+            raise ClusterStateError(f"{what}: bad topic_id {raw_id!r}") from None
+        raw = _field(obj, "replicas", list, what)
+        replicas = tuple(_ints(r, "replicas", what) for r in raw)
+        configs = _field(obj, "configs", dict, what)
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
+            raise ClusterStateError(f"{what}: 'configs' is not a map of strings")
+        return _decoded(
+            what,
+            cls,
+            _field(obj, "name", str, what),
+            topic_id,
+            replicas,
+            configs,
+            _field(obj, "internal", bool, what),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionState:
+    """`partitions/<topic>/<partition>`: leader and ISR, changed only by CAS.
+
+    `leader_epoch` fences old leaders (bumped on every leader change, to -1 included);
+    `partition_epoch` orders every change. `leader_recovery` is KIP-704's RECOVERING: set by
+    an unclean election until the leader has recovered its log, the ISR cannot grow.
+    """
+
+    leader: int
+    leader_epoch: int
+    isr: tuple[int, ...]
+    partition_epoch: int
+    leader_recovery: bool = False
+
+    def __post_init__(self) -> None:
+        isr = tuple(self.isr)
+        object.__setattr__(self, "isr", isr)
+        if not isr or len(set(isr)) != len(isr):
+            raise ClusterStateError(f"ISR must be non-empty and without duplicates: {isr}")
+        if self.leader != NO_LEADER and self.leader not in isr:
+            raise ClusterStateError(f"leader {self.leader} is not in the ISR {isr}")
+        if self.leader_epoch < 0 or self.partition_epoch < 0:
+            raise ClusterStateError("epochs must not be negative")
+
+    @property
+    def has_leader(self) -> bool:
+        return self.leader != NO_LEADER
+
+    def to_bytes(self) -> bytes:
+        return _dump(
+            {
+                "leader": self.leader,
+                "leader_epoch": self.leader_epoch,
+                "isr": list(self.isr),
+                "partition_epoch": self.partition_epoch,
+                "leader_recovery": self.leader_recovery,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> PartitionState:
+        what = "partition state"
+        obj = _load(data, what)
+        recovery = obj.get("leader_recovery", False)
+        if not isinstance(recovery, bool):
+            raise ClusterStateError(f"{what}: 'leader_recovery' is not a bool: {recovery!r}")
+        return _decoded(
+            what,
+            cls,
+            _field(obj, "leader", int, what),
+            _field(obj, "leader_epoch", int, what),
+            _ints(_field(obj, "isr", list, what), "isr", what),
+            _field(obj, "partition_epoch", int, what),
+            recovery,
+        )
+
+
+# -- keys --------------------------------------------------------------------------------------
+
+
+class KeyKind(Enum):
+    BROKER = "brokers"
+    CONTROLLER = "controller"
+    TOPIC = "topics"
+    PARTITION = "partitions"
+    PRODUCER_IDS = "producer_ids"
+
+
+class ParsedKey(NamedTuple):
+    """What `parse_key` found: the kind and the key's parts after the kind, as text."""
+
+    kind: KeyKind
+    parts: tuple[str, ...]
+
+    @property
+    def node_id(self) -> int:
+        assert self.kind is KeyKind.BROKER
+        return int(self.parts[0])
+
+    @property
+    def topic(self) -> str:
+        assert self.kind in (KeyKind.TOPIC, KeyKind.PARTITION)
+        return self.parts[0]
+
+    @property
+    def partition(self) -> int:
+        assert self.kind is KeyKind.PARTITION
+        return int(self.parts[1])
+
+
+def _check_topic(name: str) -> str:
+    if not _TOPIC_NAME.fullmatch(name):
+        raise ClusterStateError(f"not a legal topic name: {name!r}")
+    return name
+
+
+def key_for_broker(node_id: int) -> str:
+    return f"brokers/{node_id}"
+
+
+def key_for_controller() -> str:
+    return CONTROLLER_KEY
+
+
+def key_for_topic(name: str) -> str:
+    return f"topics/{_check_topic(name)}"
+
+
+def key_for_partition(topic: str, partition: int) -> str:
+    return f"partitions/{_check_topic(topic)}/{partition}"
+
+
+def prefix_for_partitions(topic: str) -> str:
+    """Every partition key of one topic starts with this (to delete them with the topic)."""
+    return f"partitions/{_check_topic(topic)}/"
+
+
+def key_for_producer_ids() -> str:
+    return PRODUCER_IDS_KEY
+
+
+def parse_key(key: str | bytes) -> ParsedKey:
+    """Which value a (prefix-less) key holds; ClusterStateError for anything else."""
+    text = key.decode("utf-8", "replace") if isinstance(key, bytes) else key
+    head, *rest = text.split("/")
+    shapes = {
+        "brokers": (1, (_INT,)),
+        "controller": (0, ()),
+        "topics": (1, (_TOPIC_NAME,)),
+        "partitions": (2, (_TOPIC_NAME, _INT)),
+        "producer_ids": (0, ()),
+    }
+    shape = shapes.get(head)
+    if shape is None or len(rest) != shape[0] or not _all_match(shape[1], rest):
+        raise ClusterStateError(f"not a cluster metadata key: {text!r}")
+    return ParsedKey(KeyKind(head), tuple(rest))
+
+
+def _all_match(patterns: Iterable[re.Pattern[str]], parts: list[str]) -> bool:
+    return all(p.fullmatch(s) for p, s in zip(patterns, parts, strict=True))
