@@ -176,3 +176,15 @@ class InvalidTxnState(KafkaError):
 
 class TransactionCoordinatorFenced(KafkaError):
     code = ErrorCode.transaction_coordinator_fenced
+
+
+class PreferredLeaderNotAvailable(KafkaError):
+    code = ErrorCode.preferred_leader_not_available
+
+
+class EligibleLeadersNotAvailable(KafkaError):
+    code = ErrorCode.eligible_leaders_not_available
+
+
+class ElectionNotNeeded(KafkaError):
+    code = ErrorCode.election_not_needed
