@@ -1,0 +1,551 @@
+"""The cluster controller as a state machine without IO: events in, partition writes out.
+
+Theory of operation (Kafka's ZooKeeper-mode controller, with etcd in ZooKeeper's place):
+
+1. One broker is the controller: it holds `controller` in etcd under its lease, and the key's
+   create_revision is the controller epoch. The IO adapter makes every write conditional on
+   that key still being ours, so a deposed controller's writes fail. This object does not
+   know about leases or epochs: it is told `became_controller` and `lost_controller`.
+2. Every broker, controller or not, keeps a `Controller` fed with what it watches in etcd:
+   `broker_registered` / `broker_expired` (the lease-bound `brokers/<id>` keys),
+   `topic_changed` / `topic_deleted` (`topics/<name>`) and `partition_changed` (each
+   `partitions/<topic>/<p>` with the mod_revision it was read at). That is the view. A standby
+   only keeps the view; so the broker that takes over starts from a warm one.
+3. When active, each event recomputes the partitions it can touch with one pure function of
+   (partition state, replicas, live brokers, unclean allowed): `reconcile` for partitions that
+   exist, `initial_state` for those that do not yet. `became_controller` recomputes all.
+4. The result is a list of intents, `PartitionWrite`: the new state, and the mod_revision
+   of the state it was computed from (0: the key must not exist). The IO adapter applies each
+   as a compare-and-swap on that revision. Nothing is assumed to have happened: the view only
+   changes when the write comes back as a `partition_changed` event.
+5. A CAS that fails (a leader changed its ISR meanwhile, or a later intent of ours won)
+   comes back as `partition_changed` with the real state, and that partition is recomputed
+   from it. Because the function is pure and idempotent, computing twice from the same
+   revision is harmless: at most one of the two writes can apply.
+6. Leaders change their own ISR (shrink and expand) with `isr_change`, also a CAS on the
+   partition key; the controller only ever removes dead brokers from ISRs and elects leaders.
+   Followers rejoin the ISR through their leader only.
+7. `tick(now_ms)` runs the preferred-leader rebalance every
+   `leader.imbalance.check.interval.seconds` (first 5 s after taking over, as Kafka), and
+   `elect_leaders` answers the ElectLeaders API. Time comes in as `now_ms`; nothing here
+   reads a clock, so tests drive it by hand.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from enum import Enum
+
+from oncelog.errors import (
+    ElectionNotNeeded,
+    EligibleLeadersNotAvailable,
+    InvalidPartitions,
+    InvalidRequest,
+    KafkaError,
+    PreferredLeaderNotAvailable,
+    UnknownTopicOrPartition,
+)
+from oncelog.metadata.cluster_state import (
+    NO_LEADER,
+    BrokerRegistration,
+    PartitionState,
+    TopicAssignment,
+)
+from oncelog.metadata.placement import (
+    add_partitions_start_index,
+    assign_replicas,
+    validate_manual_assignment,
+)
+from oncelog.types import TopicPartition
+
+UNCLEAN_KEY = "unclean.leader.election.enable"
+
+
+class ControllerRole(Enum):
+    """STANDBY keeps the view; ACTIVE also answers events with writes."""
+
+    STANDBY = "standby"
+    ACTIVE = "active"
+
+
+_ROLE_TRANSITIONS = {
+    ControllerRole.STANDBY: {ControllerRole.ACTIVE},
+    # ACTIVE -> ACTIVE: elected again (after a reconnect); recompute everything.
+    ControllerRole.ACTIVE: {ControllerRole.ACTIVE, ControllerRole.STANDBY},
+}
+
+
+class PartitionPhase(Enum):
+    """Kafka's partition states, as derived from a PartitionState (None: no key yet)."""
+
+    NEW = "new"
+    ONLINE = "online"
+    OFFLINE = "offline"
+    RECOVERING = "recovering"  # unclean leader, KIP-704: the ISR cannot grow yet
+
+    @classmethod
+    def of(cls, state: PartitionState | None) -> PartitionPhase:
+        if state is None:
+            return cls.NEW
+        if not state.has_leader:
+            return cls.OFFLINE
+        return cls.RECOVERING if state.leader_recovery else cls.ONLINE
+
+
+#: What the controller may move a partition to. RECOVERING -> ONLINE is the leader's own
+#: `isr_change(recovered=True)`; nothing moves a partition back to NEW.
+CONTROLLER_TRANSITIONS = {
+    PartitionPhase.NEW: {PartitionPhase.ONLINE, PartitionPhase.OFFLINE},
+    PartitionPhase.ONLINE: {
+        PartitionPhase.ONLINE,
+        PartitionPhase.OFFLINE,
+        PartitionPhase.RECOVERING,
+    },
+    PartitionPhase.OFFLINE: {
+        PartitionPhase.ONLINE,
+        PartitionPhase.OFFLINE,
+        PartitionPhase.RECOVERING,
+    },
+    PartitionPhase.RECOVERING: {PartitionPhase.RECOVERING, PartitionPhase.OFFLINE},
+}
+
+
+class ControllerNotActive(RuntimeError):
+    """An action only the active controller may take was asked of a standby."""
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionWrite:
+    """Intent: CAS `partitions/<topic>/<partition>` from `expected_mod_revision` (0: create)."""
+
+    topic: str
+    partition: int
+    expected_mod_revision: int
+    new_state: PartitionState
+    reason: str
+
+    @property
+    def tp(self) -> TopicPartition:
+        return TopicPartition(self.topic, self.partition)
+
+
+@dataclass(frozen=True, slots=True)
+class VersionedState:
+    """A partition state as last read, with the mod_revision to CAS against (0: absent)."""
+
+    state: PartitionState | None
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerSettings:
+    """Kafka's broker keys, with Kafka's defaults."""
+
+    unclean_leader_election_enable: bool = False
+    auto_leader_rebalance_enable: bool = True
+    leader_imbalance_check_interval_ms: int = 300_000  # leader.imbalance.check.interval.seconds
+    leader_imbalance_per_broker_percentage: int = 10
+    #: Kafka's first check after a failover comes 5 s later, then every interval.
+    first_rebalance_delay_ms: int = 5_000
+
+
+# -- the pure rules ----------------------------------------------------------------------------
+
+
+def initial_state(replicas: Sequence[int], live: Iterable[int]) -> PartitionState:
+    """Rule 1: a new partition is led by its first live replica, with the live ones as ISR.
+
+    With none alive it is offline with the whole assignment as ISR: it holds no data yet,
+    so whichever replica comes back first may lead.
+    """
+    alive = set(live)
+    isr = tuple(r for r in replicas if r in alive)
+    if not isr:
+        return PartitionState(NO_LEADER, 0, tuple(replicas), 0)
+    return PartitionState(isr[0], 0, isr, 0)
+
+
+def reconcile(
+    state: PartitionState, replicas: Sequence[int], live: Iterable[int], *, unclean: bool
+) -> tuple[PartitionState, str] | None:
+    """The state this partition should have given who is alive, and why; None if it has it.
+
+    Rules 2 and 3: dead brokers leave the ISR but the ISR never empties (its last members
+    stay, so one of them can come back as leader); a leader that is dead or missing is
+    replaced by the first replica, in assignment order, that is alive and in the ISR; failing
+    that, with unclean election allowed, by the first live replica alone (RECOVERING);
+    failing that the partition is offline.
+    """
+    alive = set(live)
+    alive_isr = tuple(r for r in state.isr if r in alive)
+    if state.leader in alive:
+        if alive_isr == state.isr:
+            return None
+        gone = [r for r in state.isr if r not in alive]
+        return _changed(state, state.leader, alive_isr), f"dead followers {gone} leave the ISR"
+    clean = next((r for r in replicas if r in alive_isr), None)
+    if clean is not None:
+        return _changed(state, clean, alive_isr), f"leader {state.leader} -> {clean} (clean)"
+    first_live = next((r for r in replicas if r in alive), None)
+    if unclean and first_live is not None:
+        why = f"leader {state.leader} -> {first_live} (unclean: no live ISR member)"
+        return _changed(state, first_live, (first_live,), recovery=True), why
+    if state.leader == NO_LEADER:
+        return None
+    return _changed(state, NO_LEADER, state.isr), f"leader {state.leader} died: offline"
+
+
+def _changed(
+    old: PartitionState, leader: int, isr: tuple[int, ...], *, recovery: bool | None = None
+) -> PartitionState:
+    """Rule 4: every change bumps the partition epoch, every leader change the leader epoch."""
+    return PartitionState(
+        leader,
+        old.leader_epoch + (leader != old.leader),
+        isr,
+        old.partition_epoch + 1,
+        old.leader_recovery if recovery is None else recovery,
+    )
+
+
+def preferred_election(
+    state: PartitionState, replicas: Sequence[int], live: Iterable[int]
+) -> PartitionState | KafkaError:
+    """Move leadership to the preferred replica if it is alive and in the ISR."""
+    preferred = replicas[0]
+    if state.leader == preferred:
+        return ElectionNotNeeded(f"{preferred} already leads")
+    if preferred not in set(live) or preferred not in state.isr:
+        return PreferredLeaderNotAvailable(
+            f"preferred replica {preferred} is not alive and in the ISR {list(state.isr)}"
+        )
+    return _changed(state, preferred, state.isr)
+
+
+def unclean_election(
+    state: PartitionState, replicas: Sequence[int], live: Iterable[int]
+) -> PartitionState | KafkaError:
+    """ElectLeaders(UNCLEAN): a partition without a live leader gets one, clean if it can."""
+    alive = set(live)
+    if state.leader in alive:
+        return ElectionNotNeeded(f"{state.leader} leads")
+    step = reconcile(state, replicas, alive, unclean=True)
+    if step is None or not step[0].has_leader:
+        return EligibleLeadersNotAvailable(f"none of the replicas {list(replicas)} is alive")
+    return step[0]
+
+
+def isr_change(
+    state: PartitionState,
+    new_isr: Sequence[int],
+    leader: int,
+    replicas: Sequence[int],
+    *,
+    recovered: bool = False,
+) -> PartitionState | KafkaError:
+    """What a leader CASes to shrink or expand its ISR (Kafka's AlterPartition checks).
+
+    Only the partition epoch moves. `recovered=True` ends KIP-704's RECOVERING, before
+    which the ISR may not grow past the leader. Returns `state` itself when nothing changes
+    (write nothing), an INVALID_REQUEST error (Kafka's answer) when refused.
+    """
+    isr = tuple(new_isr)
+    if leader != state.leader:
+        return InvalidRequest(f"broker {leader} is not the leader ({state.leader})")
+    if not isr or len(set(isr)) != len(isr) or not set(isr) <= set(replicas):
+        return InvalidRequest(f"invalid ISR {list(isr)} for replicas {list(replicas)}")
+    if leader not in isr:
+        return InvalidRequest(f"ISR {list(isr)} does not include the leader {leader}")
+    recovering = state.leader_recovery and not recovered
+    if recovering and len(isr) > 1:
+        return InvalidRequest(f"ISR {list(isr)} cannot grow while the leader is recovering")
+    if isr == state.isr and recovering == state.leader_recovery:
+        return state
+    return PartitionState(leader, state.leader_epoch, isr, state.partition_epoch + 1, recovering)
+
+
+def unclean_allowed(assignment: TopicAssignment, default: bool) -> bool:
+    """The topic's unclean.leader.election.enable, else the cluster's."""
+    value = assignment.configs.get(UNCLEAN_KEY)
+    return default if value is None else value.strip().lower() == "true"
+
+
+# -- the controller ----------------------------------------------------------------------------
+
+
+class Controller:
+    """The view of the cluster and the rules applied to it; see the module docstring."""
+
+    def __init__(self, settings: ControllerSettings | None = None) -> None:
+        self.settings = settings or ControllerSettings()
+        self.role = ControllerRole.STANDBY
+        self._brokers: dict[int, BrokerRegistration] = {}
+        self._topics: dict[str, TopicAssignment] = {}
+        self._partitions: dict[TopicPartition, VersionedState] = {}
+        self._next_rebalance_ms: int | None = None
+
+    # -- the view ---------------------------------------------------------------------------
+
+    @property
+    def brokers(self) -> Mapping[int, BrokerRegistration]:
+        return self._brokers
+
+    @property
+    def live_brokers(self) -> frozenset[int]:
+        return frozenset(self._brokers)
+
+    @property
+    def topics(self) -> Mapping[str, TopicAssignment]:
+        return self._topics
+
+    def partition(self, tp: TopicPartition) -> VersionedState | None:
+        return self._partitions.get(tp)
+
+    @property
+    def active(self) -> bool:
+        return self.role is ControllerRole.ACTIVE
+
+    # -- events -----------------------------------------------------------------------------
+
+    def broker_registered(self, reg: BrokerRegistration) -> list[PartitionWrite]:
+        """A `brokers/<id>` key was created. If the broker was already registered it
+        restarted within its lease: as Kafka's bounced brokers, that is a death then a
+        return, so partitions it led get a new leader epoch."""
+        node = reg.node_id
+        bounced = node in self._brokers
+        self._brokers[node] = reg
+        live = self.live_brokers
+        passes = (live - {node}, live) if bounced else (live,)
+        why = f"broker {node} {'restarted' if bounced else 'registered'}"
+        return self._plan_all(self._partitions_of_broker(node), why, passes)
+
+    def broker_expired(self, node_id: int) -> list[PartitionWrite]:
+        self._brokers.pop(node_id, None)
+        why = f"broker {node_id} expired"
+        return self._plan_all(self._partitions_of_broker(node_id), why, (self.live_brokers,))
+
+    def topic_changed(self, assignment: TopicAssignment) -> list[PartitionWrite]:
+        self._topics[assignment.name] = assignment
+        tps = [TopicPartition(assignment.name, p) for p in range(assignment.partitions)]
+        return self._plan_all(tps, f"topic {assignment.name} changed", (self.live_brokers,))
+
+    def topic_deleted(self, name: str) -> list[PartitionWrite]:
+        """Forget the assignment. Partition states stay in the view until their keys are
+        reported deleted (the IO adapter deletes them with the topic, in one transaction)."""
+        self._topics.pop(name, None)
+        return []
+
+    def partition_changed(
+        self, topic: str, partition: int, state: PartitionState | None, mod_revision: int
+    ) -> list[PartitionWrite]:
+        """The key was read or watched at `mod_revision`; None: it does not exist."""
+        tp = TopicPartition(topic, partition)
+        if state is None:
+            self._partitions.pop(tp, None)
+        else:
+            self._partitions[tp] = VersionedState(state, mod_revision)
+        return self._plan_all([tp], "partition changed", (self.live_brokers,))
+
+    def became_controller(self, now_ms: int) -> list[PartitionWrite]:
+        self._move_to(ControllerRole.ACTIVE)
+        self._next_rebalance_ms = now_ms + self.settings.first_rebalance_delay_ms
+        return self._plan_all(self._all_partitions(), "became controller", (self.live_brokers,))
+
+    def lost_controller(self) -> None:
+        self._move_to(ControllerRole.STANDBY)
+        self._next_rebalance_ms = None
+
+    def tick(self, now_ms: int) -> list[PartitionWrite]:
+        """Rule 5: the periodic preferred-leader rebalance, when its time has come."""
+        s = self.settings
+        due = self._next_rebalance_ms
+        if not self.active or not s.auto_leader_rebalance_enable or due is None or now_ms < due:
+            return []
+        self._next_rebalance_ms = now_ms + s.leader_imbalance_check_interval_ms
+        return self._rebalance()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def elect_leaders(
+        self, partitions: Iterable[TopicPartition], preferred: bool
+    ) -> tuple[list[PartitionWrite], dict[TopicPartition, KafkaError | None]]:
+        """ElectLeaders: the writes, and per partition None (election started) or the error."""
+        if not self.active:
+            raise ControllerNotActive("ElectLeaders goes to the active controller")
+        writes: list[PartitionWrite] = []
+        errors: dict[TopicPartition, KafkaError | None] = {}
+        elect = preferred_election if preferred else unclean_election
+        kind = "preferred" if preferred else "unclean"
+        for tp in partitions:
+            found = self._existing(tp)
+            if found is None:
+                errors[tp] = UnknownTopicOrPartition(f"no such partition {tp}")
+                continue
+            replicas, view, state = found
+            result = elect(state, replicas, self.live_brokers)
+            if isinstance(result, KafkaError):
+                errors[tp] = result
+                continue
+            errors[tp] = None
+            why = f"{kind} election requested: leader {state.leader} -> {result.leader}"
+            writes.append(self._write(tp, view, result, why))
+        return writes, errors
+
+    def create_topic_assignment(
+        self,
+        name: str,
+        partitions: int,
+        replication_factor: int,
+        configs: Mapping[str, str],
+        start_index: int,
+        shift: int,
+        *,
+        manual: Sequence[Sequence[int]] | None = None,
+        topic_id: uuid.UUID | None = None,
+        internal: bool = False,
+    ) -> TopicAssignment:
+        """CreateTopics: the assignment to write at `topics/<name>` (create-only)."""
+        if manual is not None:
+            validate_manual_assignment(manual, self.live_brokers)
+            replicas = tuple(tuple(r) for r in manual)
+        else:
+            replicas = assign_replicas(
+                self.live_brokers,
+                partitions,
+                replication_factor,
+                start_index=start_index,
+                next_replica_shift=shift,
+            )
+        return TopicAssignment(name, topic_id or uuid.uuid4(), replicas, configs, internal)
+
+    def add_partitions(
+        self, name: str, total: int, manual: Sequence[Sequence[int]] | None = None
+    ) -> TopicAssignment:
+        """CreatePartitions: the topic's assignment grown to `total` partitions, placed as
+        Kafka's ZooKeeper mode does (the round robin resumes after the existing ones)."""
+        current = self._topics.get(name)
+        if current is None:
+            raise UnknownTopicOrPartition(f"Topic {name} does not exist.")
+        count = current.partitions
+        if total <= count:
+            raise InvalidPartitions(
+                f"The number of partitions for a topic can only be increased. Topic {name} "
+                f"currently has {count} partitions, {total} would not be an increase."
+            )
+        rf = len(current.replicas[0])
+        if manual is not None:
+            if len(manual) != total - count:
+                raise InvalidRequest(
+                    f"Increasing the number of partitions by {total - count} but "
+                    f"{len(manual)} assignments provided."
+                )
+            validate_manual_assignment(manual, self.live_brokers, rf)
+            added = tuple(tuple(r) for r in manual)
+        else:
+            start = add_partitions_start_index(self.live_brokers, current.replicas[0])
+            added = assign_replicas(
+                self.live_brokers,
+                total - count,
+                rf,
+                start_index=start,
+                next_replica_shift=start,
+                first_partition=count,
+            )
+        return TopicAssignment(
+            name, current.topic_id, current.replicas + added, current.configs, current.internal
+        )
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _move_to(self, role: ControllerRole) -> None:
+        if role not in _ROLE_TRANSITIONS[self.role]:
+            raise ControllerNotActive(f"controller cannot go from {self.role} to {role}")
+        self.role = role
+
+    def _all_partitions(self) -> list[TopicPartition]:
+        return [
+            TopicPartition(t.name, p) for t in self._topics.values() for p in range(t.partitions)
+        ]
+
+    def _partitions_of_broker(self, node_id: int) -> list[TopicPartition]:
+        return [
+            TopicPartition(t.name, p)
+            for t in self._topics.values()
+            for p, replicas in enumerate(t.replicas)
+            if node_id in replicas
+        ]
+
+    def _existing(self, tp: TopicPartition) -> _Found | None:
+        topic = self._topics.get(tp.topic)
+        view = self._partitions.get(tp)
+        if topic is None or not 0 <= tp.partition < topic.partitions or view is None:
+            return None
+        assert view.state is not None
+        return topic.replicas[tp.partition], view, view.state
+
+    def _plan_all(
+        self, tps: Iterable[TopicPartition], why: str, passes: Sequence[frozenset[int]]
+    ) -> list[PartitionWrite]:
+        if not self.active:
+            return []
+        writes = (self._plan(tp, why, passes) for tp in tps)
+        return [w for w in writes if w is not None]
+
+    def _plan(
+        self, tp: TopicPartition, why: str, passes: Sequence[frozenset[int]]
+    ) -> PartitionWrite | None:
+        """Rules 1-4 for one partition; `passes` are successive live sets (a restart is a
+        death then a return)."""
+        topic = self._topics.get(tp.topic)
+        if topic is None or not 0 <= tp.partition < topic.partitions:
+            return None
+        replicas = topic.replicas[tp.partition]
+        view = self._partitions.get(tp, VersionedState(None, 0))
+        if view.state is None:
+            new = initial_state(replicas, passes[-1])
+            return self._write(tp, view, new, f"{why}: new partition")
+        state, reasons = view.state, []
+        unclean = unclean_allowed(topic, self.settings.unclean_leader_election_enable)
+        for live in passes:
+            step = reconcile(state, replicas, live, unclean=unclean)
+            if step is not None:
+                state, reason = step
+                reasons.append(reason)
+        if not reasons:
+            return None
+        return self._write(tp, view, state, f"{why}: {'; '.join(reasons)}")
+
+    def _write(
+        self, tp: TopicPartition, view: VersionedState, new: PartitionState, why: str
+    ) -> PartitionWrite:
+        before, after = PartitionPhase.of(view.state), PartitionPhase.of(new)
+        if after not in CONTROLLER_TRANSITIONS[before]:
+            raise AssertionError(f"{tp}: controller may not move {before} -> {after}")
+        return PartitionWrite(tp.topic, tp.partition, view.mod_revision, new, why)
+
+    def _rebalance(self) -> list[PartitionWrite]:
+        """Kafka's checkAndTriggerAutoLeaderRebalance: per preferred broker, the share of
+        its partitions led by another; above the threshold, elect it where it can lead."""
+        by_preferred: dict[int, list[tuple[TopicPartition, _Found]]] = {}
+        for tp in self._all_partitions():
+            found = self._existing(tp)
+            if found is not None:
+                by_preferred.setdefault(found[0][0], []).append((tp, found))
+        limit = self.settings.leader_imbalance_per_broker_percentage / 100
+        writes: list[PartitionWrite] = []
+        for broker, entries in sorted(by_preferred.items()):
+            elsewhere = [(tp, f) for tp, f in entries if f[2].leader != broker]
+            if len(elsewhere) / len(entries) <= limit:
+                continue
+            for tp, (replicas, view, state) in elsewhere:
+                result = preferred_election(state, replicas, self.live_brokers)
+                if isinstance(result, PartitionState):
+                    why = f"leader rebalance: {state.leader} -> preferred {broker}"
+                    writes.append(self._write(tp, view, result, why))
+        return writes
+
+
+_Found = tuple[tuple[int, ...], VersionedState, PartitionState]
+"""A partition the view knows: its replicas, its versioned state and that state."""
