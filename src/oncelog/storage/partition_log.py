@@ -1,11 +1,16 @@
 """The log of one partition: an ordered list of segments plus its offsets.
 
 Offsets: `log_start_offset` (first readable, moved by retention and DeleteRecords),
-`log_end_offset` (next offset to assign) and `high_watermark` (last offset known replicated;
-on a single broker every append is fully replicated, so it follows the end).
+`log_end_offset` (next offset to assign) and `high_watermark` (the offset below which records
+are known replicated). On a single broker every append is fully replicated, so the high
+watermark follows the end; a replicated log (`enable_replication`, or `load(replicated=True)`)
+keeps it as state, moved by the replication layer (`update_high_watermark`,
+`set_high_watermark`).
 
 Appends take validated batches, rewrite their base offsets and write them in one vectored
-write (`os.writev`); reads return whole stored batches as bytes or a view of them.
+write (`os.writev`); a follower's appends (`append_as_follower`) store the leader's batches as
+they are. Reads return whole stored batches as bytes or a view of them. Each log keeps its
+leader epochs (`leader_epoch_cache`, file `leader-epoch-checkpoint`).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from typing import Protocol
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
-from oncelog.errors import InvalidRecord, OffsetOutOfRange
+from oncelog.errors import CorruptMessage, InvalidRecord, OffsetOutOfRange
 from oncelog.fileio import fsync_dir
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
@@ -35,17 +40,23 @@ from oncelog.producer_state.manager import (
 )
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import (
+    CURRENT_MAGIC,
     HEADER_SIZE,
+    LOG_OVERHEAD,
+    MIN_BATCH_LENGTH,
     BatchHeader,
+    compute_crc,
     iter_batches,
     parse_header,
+    peek_prefix,
     rewrite_offsets,
     set_log_append_time,
 )
 from oncelog.protocol.records.compression import batch_records
-from oncelog.protocol.records.control import ControlRecordError, build_marker
+from oncelog.protocol.records.control import ControlRecordError, build_marker, parse_marker_at
 from oncelog.protocol.records.record import record_offsets_and_timestamps
 from oncelog.storage import swap
+from oncelog.storage.leader_epoch_cache import EpochEntry, LeaderEpochCache
 from oncelog.storage.segment import LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.validator import ValidatedRecords
@@ -82,6 +93,29 @@ class AppendInfo:
     log_append_time: int  # -1 unless the topic uses LogAppendTime
     log_start_offset: int
     duplicate: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FollowerAppendInfo:
+    """What `append_as_follower` stored: offsets -1 and no batches when `data` held no
+    complete batch."""
+
+    first_offset: int
+    last_offset: int
+    batches: int
+    valid_bytes: int
+    """Bytes of `data` stored (a partial trailing batch is not)."""
+    records: int = 0
+
+
+class UnexpectedAppendOffset(OffsetOutOfRange):
+    """A follower append whose first batch starts below the log end (Kafka's
+    UnexpectedAppendOffsetException); nothing was written."""
+
+    def __init__(self, message: str, first_offset: int, last_offset: int) -> None:
+        super().__init__(message)
+        self.first_offset = first_offset
+        self.last_offset = last_offset
 
 
 @dataclass(slots=True)
@@ -152,6 +186,11 @@ class PartitionLog:
         self.delete_horizon_ms = LONG_MAX
         """Earliest delete horizon of the tombstones and markers the last cleaning kept: once
         it passed, another cleaning can remove them even without new dirty data."""
+        self.leader_epoch_cache = LeaderEpochCache(directory)
+        """(epoch, start offset) of each leader epoch in this log (`leader-epoch-checkpoint`)."""
+        self._replicated = False
+        self._high_watermark = 0
+        """The stored high watermark; used only when `_replicated`."""
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -167,9 +206,15 @@ class PartitionLog:
         recovery_point: int = 0,
         log_start_offset: int = 0,
         producers: ProducerSettings | None = None,
+        replicated: bool = False,
+        high_watermark: int | None = None,
     ) -> PartitionLog:
         """Open a partition directory; after an unclean stop, recover what follows the
-        recovery point (truncating torn or garbled tails and rebuilding indexes)."""
+        recovery point (truncating torn or garbled tails and rebuilding indexes).
+
+        `replicated`: keep the high watermark as state, starting at `high_watermark` (from
+        `replication-offset-checkpoint`) clamped to [log start, log end]; the log start when
+        None, as Kafka does for a partition missing from the checkpoint."""
         directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, tp, config, clock, producers)
         for stale in directory.glob("*.tmp"):
@@ -205,7 +250,75 @@ class PartitionLog:
         plog.recovery_point = (
             plog.log_end_offset if clean else min(recovery_point, plog.log_end_offset)
         )
+        plog._load_leader_epochs()
+        if replicated:
+            plog.enable_replication(
+                plog.log_start_offset if high_watermark is None else high_watermark
+            )
         return plog
+
+    def _load_leader_epochs(self) -> None:
+        """Read `leader-epoch-checkpoint`, or rebuild it from the batches when it is missing
+        or malformed; entries beyond the log end or below its start go (a checkpoint written
+        before a truncation whose own write was lost)."""
+        cache = LeaderEpochCache.load(self.directory)
+        self.leader_epoch_cache = cache
+        if cache.needs_rebuild:
+            existed = cache.path is not None and cache.path.exists()
+            entries = self._epochs_from_batches()
+            cache.replace(entries, flush=False)
+            cache.truncate_from_start(self.log_start_offset, flush=False)
+            if entries or existed:
+                if entries:
+                    log.info("%s: rebuilt the leader epoch cache from the log: %s", self.tp, cache)
+                self._flush_epochs()
+            cache.needs_rebuild = False
+            return
+        trimmed = cache.truncate_from_end(self.log_end_offset, flush=False)
+        trimmed = cache.truncate_from_start(self.log_start_offset, flush=False) or trimmed
+        if trimmed:
+            self._flush_epochs()
+
+    def _epochs_from_batches(self) -> list[EpochEntry]:
+        """The epoch entries the stored batches' partition leader epochs give.
+
+        Epochs never decrease along a log, so a segment whose first and last batch carry the
+        same epoch carries only that one: only segments where the epoch changes are walked
+        (batch headers, in chunks), the others cost two header reads."""
+        entries: list[EpochEntry] = []
+        latest = -1
+
+        def note(header: BatchHeader) -> None:
+            nonlocal latest
+            epoch = header.partition_leader_epoch
+            if epoch > latest:
+                entries.append(EpochEntry(epoch, header.base_offset))
+                latest = epoch
+
+        for segment in self.segments:
+            if segment.size < HEADER_SIZE:
+                continue
+            with open(segment.log_path, "rb") as handle:
+                head = handle.read(HEADER_SIZE)
+            if len(head) < HEADER_SIZE:
+                continue
+            first = parse_header(head, 0)
+            tail = segment.headers_from(max(segment.index.last_offset, segment.base_offset))
+            last = tail[-1][1] if tail else first
+            if first.partition_leader_epoch == last.partition_leader_epoch:
+                note(first)
+                continue
+            for _, header, _ in segment.batches_from(segment.base_offset):
+                note(header)
+        return entries
+
+    def _flush_epochs(self) -> None:
+        """Write the epoch file; a failure is logged, not raised: the next change writes the
+        whole list again, and a load trims stale entries against the log."""
+        try:
+            self.leader_epoch_cache.flush()
+        except OSError as exc:
+            log.warning("%s: writing leader-epoch-checkpoint failed: %s", self.tp, exc)
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
@@ -234,7 +347,47 @@ class PartitionLog:
 
     @property
     def high_watermark(self) -> int:
-        return self.log_end_offset
+        """The stored value when replicated; otherwise the log end (a single broker)."""
+        return self._high_watermark if self._replicated else self.log_end_offset
+
+    @property
+    def replicated(self) -> bool:
+        return self._replicated
+
+    def enable_replication(self, initial_hw: int | None = None) -> None:
+        """Keep the high watermark as state from now on, starting at `initial_hw` (clamped to
+        [log start, log end]); None keeps the current value (the log end of a single-node
+        log, so nothing visible changes at the switch)."""
+        hw = self.high_watermark if initial_hw is None else initial_hw
+        self._replicated = True
+        self._high_watermark = self._clamp_hw(hw)
+
+    def _clamp_hw(self, hw: int) -> int:
+        return min(max(hw, self.log_start_offset), self.log_end_offset)
+
+    def update_high_watermark(self, hw: int) -> bool:
+        """Move the high watermark forward to `hw` clamped to [log start, log end] (a leader
+        after its followers' fetches, a follower from the leader's answer); never back.
+        Return whether it moved. A log that is not replicated ignores it."""
+        if not self._replicated:
+            return False
+        new = self._clamp_hw(hw)
+        if new <= self._high_watermark:
+            return False
+        self._high_watermark = new
+        return True
+
+    def set_high_watermark(self, hw: int) -> int:
+        """Set the high watermark in either direction (truncation, becoming a follower),
+        clamped to [log start, log end]; return the value set. Ignored (the log end is
+        returned) when the log is not replicated."""
+        if not self._replicated:
+            return self.log_end_offset
+        new = self._clamp_hw(hw)
+        if new < self._high_watermark:
+            log.info("%s: high watermark back from %d to %d", self.tp, self._high_watermark, new)
+        self._high_watermark = new
+        return new
 
     @property
     def size_bytes(self) -> int:
@@ -262,6 +415,7 @@ class PartitionLog:
             return duplicate
         first_ts = records.batches[0][1].max_timestamp
         self._maybe_roll(len(records.data), first_ts, records)
+        self._assign_epoch(leader_epoch, self.log_end_offset)
         source = memoryview(records.data)
         pieces: list[bytes | bytearray | memoryview] = []
         next_offset = self.log_end_offset
@@ -418,6 +572,7 @@ class PartitionLog:
         completed = info.end_transaction(
             producer_epoch, coordinator_epoch, commit, offset, check=True
         )
+        self._assign_epoch(leader_epoch, offset)
         rewrite_offsets(batch, 0, offset, leader_epoch)
         self.active.append([batch], [(0, parse_header(batch, 0))])
         if completed.aborted:
@@ -462,26 +617,257 @@ class PartitionLog:
         return out
 
     def append_as_stored(self, data: bytes) -> None:
-        """Append batches that already carry their offsets (recovery tests, replication)."""
+        """Append batches that already carry their offsets, unchecked, without producer state
+        (tests); `append_as_follower` is the checked path replication takes."""
         batches = list(iter_batches(data))
         if batches:
             self._maybe_roll(len(data), batches[0][1].max_timestamp, None)
+            for _, header in batches:
+                self._assign_epoch(header.partition_leader_epoch, header.base_offset)
             self.active.append([data], batches)
+
+    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+        """Note a batch of leader epoch `epoch` at `start_offset` (before it is written, as
+        Kafka does: an entry without data is harmless, data without its entry is not).
+        Negative epochs (batches stored without one) are not recorded."""
+        if epoch > self.leader_epoch_cache.latest_epoch:
+            self.leader_epoch_cache.assign(epoch, start_offset)
+
+    # -- replication: leader epochs, a follower's appends and truncation ------------------------
+
+    @property
+    def latest_leader_epoch(self) -> int:
+        """The newest leader epoch of this log, -1 when it has none."""
+        return self.leader_epoch_cache.latest_epoch
+
+    def assign_leader_epoch(self, epoch: int, start_offset: int) -> None:
+        """Note that leader epoch `epoch` begins at `start_offset` (a new leader: at its log
+        end, before it appends anything; Kafka's maybeAssignEpochStartOffset)."""
+        self.leader_epoch_cache.assign(epoch, start_offset)
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        """(epoch, end offset) answering OffsetForLeaderEpoch, as
+        `LeaderEpochCache.end_offset_for` with this log's end; (-1, -1) when undefined."""
+        return self.leader_epoch_cache.end_offset_for(epoch, self.log_end_offset)
+
+    def local_end_offset_for_epoch(self, epoch: int) -> int:
+        """The end of `epoch` in this log: the start of the next higher epoch, the log end
+        for the latest epoch; -1 when no epoch at or below `epoch` is known."""
+        first = self.leader_epoch_cache.earliest_entry
+        if first is None or epoch < first.epoch:
+            return -1
+        if epoch >= self.leader_epoch_cache.latest_epoch:
+            return self.log_end_offset
+        return self.end_offset_for_epoch(epoch)[1]
+
+    def append_as_follower(self, data: bytes | bytearray | memoryview) -> FollowerAppendInfo:
+        """Store batches fetched from the leader byte for byte, with their offsets and
+        partition leader epochs.
+
+        Every complete batch is checked first (framing, magic, CRC32C, offsets increasing,
+        the first not below the log end: `UnexpectedAppendOffset` otherwise), so an error
+        writes nothing. A partial batch at the end (a fetch cuts batches at its size limit)
+        is ignored. Offsets may leave gaps, as a cleaned (compacted) leader log does. The
+        batches roll segments as the leader's appends did, update producer state through the
+        same replay recovery uses (aborts are indexed in `.txnindex` as the markers arrive),
+        and the leader epoch cache from their partition leader epochs.
+        """
+        view = memoryview(data)
+        batches, markers, valid = self._check_follower_batches(view)
+        if not batches:
+            return FollowerAppendInfo(-1, -1, 0, 0)
+        i, n = 0, len(batches)
+        records = 0
+        while i < n:
+            j = self._follower_run(batches, i)
+            run = batches[i:j]
+            start = run[0][0]
+            size = run[-1][0] + run[-1][1].size - start
+            for _, header in run:
+                self._assign_epoch(header.partition_leader_epoch, header.base_offset)
+            self.active.append([view[start : start + size]], [(p - start, h) for p, h in run])
+            self._replay_appended([h for _, h in run], markers)
+            records += sum(h.record_count for _, h in run)
+            i = j
+        self.producer_state.map_end_offset = self.log_end_offset
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return FollowerAppendInfo(
+            batches[0][1].base_offset, batches[-1][1].last_offset, n, valid, records
+        )
+
+    def _check_follower_batches(
+        self, view: memoryview
+    ) -> tuple[list[tuple[int, BatchHeader]], dict[int, tuple[bool, int]], int]:
+        """(position, header) of each complete batch, the markers of the control batches by
+        offset, and the bytes they span; raise for the first invalid one."""
+        batches = list(iter_batches(view))
+        valid = batches[-1][0] + batches[-1][1].size if batches else 0
+        rest = len(view) - valid
+        if rest >= LOG_OVERHEAD and peek_prefix(view, valid)[1] < MIN_BATCH_LENGTH:
+            raise CorruptMessage(
+                f"{self.tp}: batch at byte {valid} of a follower append has length "
+                f"{peek_prefix(view, valid)[1]}"
+            )
+        markers: dict[int, tuple[bool, int]] = {}
+        next_offset = self.log_end_offset
+        for k, (pos, header) in enumerate(batches):
+            if header.magic != CURRENT_MAGIC:
+                raise CorruptMessage(f"{self.tp}: batch at offset {header.base_offset} has "
+                                     f"magic v{header.magic}")
+            if compute_crc(view, pos, header.size) != header.crc:
+                raise CorruptMessage(
+                    f"{self.tp}: CRC32C mismatch in the batch at offset {header.base_offset} "
+                    f"(byte {pos}) of a follower append"
+                )
+            if header.last_offset_delta < 0 or header.record_count < 0:
+                raise InvalidRecord(
+                    f"{self.tp}: batch at offset {header.base_offset} has lastOffsetDelta "
+                    f"{header.last_offset_delta}, {header.record_count} records"
+                )
+            if header.base_offset < next_offset:
+                if k == 0:
+                    raise UnexpectedAppendOffset(
+                        f"{self.tp}: follower append starts at offset {header.base_offset}, "
+                        f"below the log end {next_offset} (log start {self.log_start_offset})",
+                        header.base_offset,
+                        batches[-1][1].last_offset,
+                    )
+                raise InvalidRecord(
+                    f"{self.tp}: offsets out of order in a follower append: batch at "
+                    f"{header.base_offset} follows one ending at {next_offset - 1}"
+                )
+            if header.is_control and header.has_producer_id:
+                marker = parse_marker_at(view, pos)
+                if marker is None:
+                    raise InvalidRecord(
+                        f"{self.tp}: control batch at offset {header.base_offset} is not a "
+                        "transaction marker"
+                    )
+                markers[header.base_offset] = marker
+            next_offset = header.next_offset
+        return batches, markers, valid
+
+    def _follower_run(self, batches: list[tuple[int, BatchHeader]], i: int) -> int:
+        """Roll if the batch at `i` does not fit the active segment, then return the end of
+        the run of batches from `i` that go into it in one write: each batch rolls exactly
+        when the leader's append of it alone would have."""
+        _, first = batches[i]
+        seg = self.active
+        if seg.size > 0 and self._roll_due(
+            seg,
+            seg.size + first.size,
+            self._rolling_timestamp(seg),
+            first.max_timestamp,
+            first.next_offset,
+            seg.index.entries,
+        ):
+            self.roll(first.base_offset)
+            seg = self.active
+        base_size = seg.size
+        rolling_ts = self._rolling_timestamp(seg) if seg.size > 0 else first.max_timestamp
+        size = first.size
+        j = i + 1
+        while j < len(batches):
+            header = batches[j][1]
+            if self._roll_due(
+                seg,
+                base_size + size + header.size,
+                rolling_ts,
+                header.max_timestamp,
+                header.next_offset,
+                seg.index.entries + (j - i),  # at most one entry per batch
+            ):
+                break
+            size += header.size
+            j += 1
+        return j
+
+    def _replay_appended(
+        self, headers: list[BatchHeader], markers: dict[int, tuple[bool, int]]
+    ) -> None:
+        """Producer state for stored batches, as recovery replays it; each ABORT is indexed
+        as its marker is replayed, so its last stable offset is the one the leader noted."""
+        state = self.producer_state
+
+        def read_marker(header: BatchHeader) -> tuple[bool, int]:
+            return markers[header.base_offset]
+
+        start = 0
+        for k, header in enumerate(headers):
+            if header.is_control and header.has_producer_id:
+                for txn in state.replay(headers[start : k + 1], read_marker):
+                    if txn.aborted:
+                        self._index_abort(txn)
+                start = k + 1
+        if start < len(headers):
+            state.replay(headers[start:], read_marker)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        """Delete every segment, producer snapshot and epoch entry and start an empty log at
+        `offset` (a follower whose log end is below the leader's log start)."""
+        if offset < 0:
+            raise ValueError(f"{self.tp}: cannot start the log at offset {offset}")
+        with self._snapshot_lock:
+            self._generation += 1
+            for segment in self.segments:
+                segment.delete()
+            self.segments = []
+            self._bases = []
+            self._rolled_unflushed = []
+            snapshot.delete_after(self.directory, -1)
+            self.producer_state.clear()
+            self.producer_state.map_end_offset = offset
+            self._add_segment(self._new_segment(offset))
+            fsync_dir(self.directory)
+        self.log_start_offset = offset
+        self.recovery_point = offset
+        self._snapshot_offset = offset
+        self._unflushed_messages = 0
+        self.leader_epoch_cache.clear(flush=False)
+        self._flush_epochs()
+        if self._replicated:
+            self._high_watermark = offset
+        log.info("%s: truncated fully, the log starts again at offset %d", self.tp, offset)
 
     def _maybe_roll(self, size: int, max_timestamp: int, records: ValidatedRecords | None) -> None:
         seg = self.active
         if seg.size == 0:
             return
         last_delta = sum(h.last_offset_delta + 1 for _, h in records.batches) if records else 0
-        too_big = seg.size + size > self.config.segment_bytes
-        # Kafka's rule: the first batch's timestamp, or when the segment was created.
-        rolling_ts = seg.first_batch_timestamp if seg.first_batch_timestamp >= 0 else seg.created_ms
+        if self._roll_due(
+            seg,
+            seg.size + size,
+            self._rolling_timestamp(seg),
+            max_timestamp,
+            self.log_end_offset + last_delta,
+            seg.index.entries,
+        ):
+            self.roll()
+
+    @staticmethod
+    def _rolling_timestamp(seg: LogSegment) -> int:
+        """Kafka's rule: the first batch's timestamp, or when the segment was created."""
+        return seg.first_batch_timestamp if seg.first_batch_timestamp >= 0 else seg.created_ms
+
+    def _roll_due(
+        self,
+        seg: LogSegment,
+        size_after: int,
+        rolling_ts: int,
+        max_timestamp: int,
+        end_offset: int,
+        index_entries: int,
+    ) -> bool:
+        """Whether a non-empty `seg` must roll before a write that would make it `size_after`
+        bytes, ending at `end_offset`, of batches up to `max_timestamp`."""
+        too_big = size_after > self.config.segment_bytes
         now = self.clock.wall_ms()
         too_old = rolling_ts >= 0 and max(now, max_timestamp) - rolling_ts > self._max_segment_ms()
-        index_full = (seg.index.entries + 1) * 8 > self.config.segment_index_bytes
-        offset_overflow = self.log_end_offset + last_delta - seg.base_offset > INT32_MAX
-        if too_big or too_old or index_full or offset_overflow:
-            self.roll()
+        index_full = (index_entries + 1) * 8 > self.config.segment_index_bytes
+        offset_overflow = end_offset - seg.base_offset > INT32_MAX
+        return too_big or too_old or index_full or offset_overflow
 
     def _max_segment_ms(self) -> int:
         """segment.ms, or max.compaction.lag.ms when lower on a compacted topic: the active
@@ -490,13 +876,14 @@ class PartitionLog:
             return self.config.segment_ms
         return min(self.config.segment_ms, self.config.max_compaction_lag_ms)
 
-    def roll(self) -> LogSegment:
-        """Start a new active segment at the log end; the old one is flushed in background."""
+    def roll(self, at: int | None = None) -> LogSegment:
+        """Start a new active segment at the log end (or at `at` beyond it: the base offset
+        of a follower's next batch after a gap); the old one is flushed in background."""
         if self.active.size == 0:
             return self.active
         old = self.active
         self._rolled_unflushed.append(old)
-        self._add_segment(self._new_segment(self.log_end_offset))
+        self._add_segment(self._new_segment(max(self.log_end_offset, at or 0)))
         self.producer_state.take_snapshot(self.directory)
         self._snapshot_offset = self.producer_state.map_end_offset
         log.debug("%s: rolled new segment at offset %d", self.tp, self.log_end_offset)
@@ -604,14 +991,17 @@ class PartitionLog:
         *,
         min_one: bool = True,
         read_committed: bool = False,
+        for_follower: bool = False,
     ) -> ReadResult:
         """Stored batches from `offset` below `upper_bound` (default: the high watermark).
 
         With `min_one` the first batch is returned even if it is larger than `max_bytes`.
+        `for_follower`: a follower's fetch, bounded by the log end, not the high watermark.
         """
         hw = self.high_watermark
         lso = self.last_stable_offset
-        bound = hw if upper_bound is None else min(upper_bound, hw)
+        limit = self.log_end_offset if for_follower else hw
+        bound = limit if upper_bound is None else min(upper_bound, limit)
         if read_committed:
             bound = min(bound, lso)
         if offset < self.log_start_offset or offset > self.log_end_offset:
@@ -695,7 +1085,12 @@ class PartitionLog:
         if offset > self.log_start_offset:
             self.log_start_offset = offset
             self._delete_segments_below_start()
+            self._epochs_from_start()
         return self.log_start_offset
+
+    def _epochs_from_start(self) -> None:
+        if self.leader_epoch_cache.truncate_from_start(self.log_start_offset, flush=False):
+            self._flush_epochs()
 
     def _delete_segments_below_start(self) -> None:
         while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
@@ -708,6 +1103,7 @@ class PartitionLog:
             self._rolled_unflushed.remove(segment)
         segment.delete()
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
+        self._epochs_from_start()
 
     def apply_retention(self) -> int:
         """Delete whole segments beyond retention.ms / retention.bytes; return how many."""
@@ -716,8 +1112,14 @@ class PartitionLog:
             return 0  # compact only: the cleaner removes records, retention never does
         now = self.clock.wall_ms()
         retention_ms = self.config.retention_ms
+        # Only segments wholly below the high watermark go (Kafka's rule; on a single broker
+        # the high watermark is the log end, so every segment qualifies).
         if retention_ms >= 0:
-            while self.segments and self._expired(self.segments[0], now, retention_ms):
+            while (
+                self.segments
+                and self.segments[0].next_offset <= self.high_watermark
+                and self._expired(self.segments[0], now, retention_ms)
+            ):
                 if len(self.segments) == 1:
                     if self.active.size == 0:
                         break
@@ -727,7 +1129,11 @@ class PartitionLog:
         retention_bytes = self.config.retention_bytes
         if retention_bytes >= 0:
             total = self.size_bytes
-            while len(self.segments) > 1 and total - self.segments[0].size >= retention_bytes:
+            while (
+                len(self.segments) > 1
+                and self.segments[0].next_offset <= self.high_watermark
+                and total - self.segments[0].size >= retention_bytes
+            ):
                 total -= self.segments[0].size
                 self._delete_oldest()
                 deleted += 1
@@ -830,7 +1236,20 @@ class PartitionLog:
             self._bases[first : first + len(old)] = [base]
 
     def truncate_to(self, offset: int) -> None:
-        """Drop everything at or after `offset` (recovery tests; followers later)."""
+        """Drop everything at or after `offset` (a follower diverging from its leader;
+        recovery tests). Epoch entries starting at or after it go, and the high watermark
+        comes down to the new end. An offset at or beyond the end only drops epoch entries
+        at the end (an epoch begun without data, as Kafka's); one below the first segment
+        empties the log and starts it there (`truncate_fully_and_start_at`)."""
+        if offset < 0:
+            raise ValueError(f"{self.tp}: cannot truncate to offset {offset}")
+        if offset >= self.log_end_offset:
+            if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
+                self._flush_epochs()
+            return
+        if offset < self.segments[0].base_offset:
+            self.truncate_fully_and_start_at(offset)
+            return
         with self._snapshot_lock:
             self._generation += 1
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
@@ -838,8 +1257,13 @@ class PartitionLog:
                 self._bases.pop()
                 segment.delete()
             self.active.truncate_to(offset)
+            self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self.rebuild_producer_state()  # deletes the snapshots beyond the new end
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
+            self._flush_epochs()
+        if self._replicated:
+            self._high_watermark = self._clamp_hw(self._high_watermark)
 
     def close(self, *, flush: bool = True) -> None:
         with self._snapshot_lock:

@@ -1,0 +1,253 @@
+"""A partition's leader epochs and the offset each began at (KIP-101, KIP-279).
+
+Kept in `leader-epoch-checkpoint` in the partition directory, in Kafka's text format:
+
+    0
+    <count>
+    <epoch> <start offset>
+    ...
+
+The file is rewritten atomically (tmp + fsync + rename + directory fsync) whenever the
+entries change; it is tiny and changes only when the leadership does, when the log is
+truncated or its start moves. A missing or malformed file loads as an empty cache with
+`needs_rebuild` set: the owner rebuilds it from the partition leader epochs of its batches.
+
+Semantics follow Kafka's `LeaderEpochFileCache`:
+
+- `assign(epoch, start)` ignores an epoch older than the latest one and the latest epoch
+  again at the same or a later offset; the latest epoch at a lower offset replaces it; a newer
+  epoch whose start lies at or below the start of entries before it removes those (a conflicting
+  tail left by an earlier leader whose data was truncated).
+- `end_offset_for(requested, log_end_offset)` answers OffsetForLeaderEpoch: see the method.
+- `truncate_from_end(offset)` drops entries starting at or after `offset` (log truncation);
+  `truncate_from_start(offset)` drops entries wholly below the new log start and moves the
+  start of the one covering it up to it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from pathlib import Path
+from typing import NamedTuple
+
+from oncelog.fileio import write_atomically
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_FILE = "leader-epoch-checkpoint"
+UNDEFINED_EPOCH = -1
+UNDEFINED_EPOCH_OFFSET = -1
+_VERSION = 0
+
+
+class EpochEntry(NamedTuple):
+    epoch: int
+    start_offset: int
+
+
+class LeaderEpochCache:
+    def __init__(self, directory: Path | None = None, entries: list[EpochEntry] | None = None):
+        """`directory`: where `leader-epoch-checkpoint` lives (None: kept in memory only)."""
+        self.directory = directory
+        self._entries: list[EpochEntry] = list(entries or [])
+        self.needs_rebuild = False
+        """Set by `load` when the file was missing or malformed."""
+
+    # -- persistence -------------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path | None:
+        return None if self.directory is None else self.directory / CHECKPOINT_FILE
+
+    @classmethod
+    def load(cls, directory: Path) -> LeaderEpochCache:
+        """Read the checkpoint; a missing or malformed file gives an empty cache with
+        `needs_rebuild` set (a malformed one with a warning)."""
+        cache = cls(directory)
+        path = directory / CHECKPOINT_FILE
+        try:
+            text = path.read_text(encoding="ascii")
+        except FileNotFoundError:
+            cache.needs_rebuild = True
+            return cache
+        except (OSError, UnicodeDecodeError) as exc:
+            log.warning("%s: unreadable, rebuilding from the log: %s", path, exc)
+            cache.needs_rebuild = True
+            return cache
+        try:
+            entries = parse_checkpoint(text)
+        except ValueError as exc:
+            log.warning("%s: malformed, rebuilding from the log: %s", path, exc)
+            cache.needs_rebuild = True
+            return cache
+        for entry in entries:
+            cache._assign(entry.epoch, entry.start_offset)
+        return cache
+
+    def flush(self) -> None:
+        """Write the entries to the checkpoint file (atomically)."""
+        if self.path is not None:
+            write_atomically(self.path, format_checkpoint(self._entries).encode("ascii"))
+
+    # -- reads -------------------------------------------------------------------------------
+
+    @property
+    def entries(self) -> list[EpochEntry]:
+        return list(self._entries)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    @property
+    def latest_epoch(self) -> int:
+        """The newest epoch, UNDEFINED_EPOCH (-1) when there is none."""
+        return self._entries[-1].epoch if self._entries else UNDEFINED_EPOCH
+
+    @property
+    def latest_entry(self) -> EpochEntry | None:
+        return self._entries[-1] if self._entries else None
+
+    @property
+    def earliest_entry(self) -> EpochEntry | None:
+        return self._entries[0] if self._entries else None
+
+    def epoch_for_offset(self, offset: int) -> int:
+        """The epoch of the entry covering `offset` (the last one starting at or before it);
+        UNDEFINED_EPOCH when `offset` lies before every entry."""
+        i = bisect.bisect_right(self._entries, offset, key=lambda e: e.start_offset) - 1
+        return self._entries[i].epoch if i >= 0 else UNDEFINED_EPOCH
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """(epoch, end offset) for OffsetForLeaderEpoch, as Kafka's `endOffsetFor`:
+
+        - requested == the latest epoch: (latest, `log_end_offset`);
+        - UNDEFINED_EPOCH requested, an empty cache or one above the latest epoch:
+          (UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET);
+        - requested below the first cached epoch: (requested, start offset of the first
+          entry): the older epochs' data is gone, and the follower truncates to where the
+          leader's epochs now begin (current Kafka; versions before it answered UNDEFINED);
+        - otherwise: (largest cached epoch <= requested, start offset of the next higher
+          cached epoch).
+        """
+        if requested_epoch == UNDEFINED_EPOCH or not self._entries:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self._entries[-1].epoch:
+            return requested_epoch, log_end_offset
+        # index of the first entry with epoch > requested
+        higher = bisect.bisect_right(self._entries, requested_epoch, key=lambda e: e.epoch)
+        if higher >= len(self._entries):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if higher == 0:
+            return requested_epoch, self._entries[0].start_offset
+        return self._entries[higher - 1].epoch, self._entries[higher].start_offset
+
+    # -- changes (each writes the file if it changed anything) -------------------------------
+
+    def assign(self, epoch: int, start_offset: int, *, flush: bool = True) -> bool:
+        """Record that `epoch` began at `start_offset`; return whether anything changed.
+        If the file cannot be written the entries stay as they were and OSError is raised."""
+        before = list(self._entries)
+        changed = self._assign(epoch, start_offset)
+        if changed and flush:
+            try:
+                self.flush()
+            except OSError:
+                self._entries = before  # not recorded: the caller writes no data either
+                raise
+        return changed
+
+    def _assign(self, epoch: int, start_offset: int) -> bool:
+        if epoch < 0 or start_offset < 0:
+            raise ValueError(f"invalid leader epoch entry ({epoch}, {start_offset})")
+        latest = self.latest_entry
+        if latest is not None:
+            if epoch < latest.epoch:
+                return False
+            if epoch == latest.epoch and start_offset >= latest.start_offset:
+                return False
+        removed: list[EpochEntry] = []
+        while self._entries and (
+            self._entries[-1].epoch >= epoch or self._entries[-1].start_offset >= start_offset
+        ):
+            removed.append(self._entries.pop())
+        if len(removed) > 1 or (removed and removed[0].start_offset != start_offset):
+            log.warning(
+                "%s: new epoch entry (%d, %d) removed conflicting entries %s",
+                self.directory,
+                epoch,
+                start_offset,
+                removed[::-1],
+            )
+        self._entries.append(EpochEntry(epoch, start_offset))
+        return True
+
+    def truncate_from_end(self, end_offset: int, *, flush: bool = True) -> bool:
+        """Drop every entry starting at or after `end_offset`."""
+        if end_offset < 0 or not self._entries or self._entries[-1].start_offset < end_offset:
+            return False
+        while self._entries and self._entries[-1].start_offset >= end_offset:
+            self._entries.pop()
+        if flush:
+            self.flush()
+        return True
+
+    def truncate_from_start(self, start_offset: int, *, flush: bool = True) -> bool:
+        """The log now starts at `start_offset`: drop the entries wholly below it and move the
+        start of the one covering it up to it (an entry starting at it is kept)."""
+        i = bisect.bisect_right(self._entries, start_offset, key=lambda e: e.start_offset) - 1
+        if i < 0 or (i == 0 and self._entries[0].start_offset == start_offset):
+            return False
+        covering = self._entries[i]
+        self._entries[: i + 1] = [EpochEntry(covering.epoch, start_offset)]
+        if flush:
+            self.flush()
+        return True
+
+    def clear(self, *, flush: bool = True) -> None:
+        self._entries.clear()
+        if flush:
+            self.flush()
+
+    def replace(self, entries: list[EpochEntry], *, flush: bool = True) -> None:
+        """Take `entries` (assigned in order, so the rules still hold)."""
+        self._entries.clear()
+        for entry in entries:
+            self._assign(entry.epoch, entry.start_offset)
+        if flush:
+            self.flush()
+
+    def __repr__(self) -> str:
+        return f"LeaderEpochCache({self._entries!r})"
+
+
+def format_checkpoint(entries: list[EpochEntry]) -> str:
+    lines = [str(_VERSION), str(len(entries))]
+    lines += [f"{e.epoch} {e.start_offset}" for e in entries]
+    return "\n".join(lines) + "\n"
+
+
+def parse_checkpoint(text: str) -> list[EpochEntry]:
+    """Entries of a checkpoint's text; ValueError names what is wrong."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    if len(lines) < 2:
+        raise ValueError("shorter than its header")
+    if lines[0].strip() != str(_VERSION):
+        raise ValueError(f"unknown version {lines[0].strip()!r}")
+    count = int(lines[1])
+    if count < 0 or len(lines) != 2 + count:
+        raise ValueError(f"expected {count} entries, found {len(lines) - 2} lines")
+    entries: list[EpochEntry] = []
+    for line in lines[2:]:
+        parts = line.split()
+        if len(parts) != 2:
+            raise ValueError(f"malformed line {line!r}")
+        epoch, start = int(parts[0]), int(parts[1])
+        if epoch < 0 or start < 0:
+            raise ValueError(f"negative value in line {line!r}")
+        if entries and (epoch <= entries[-1].epoch or start <= entries[-1].start_offset):
+            raise ValueError(f"entries out of order at line {line!r}")
+        entries.append(EpochEntry(epoch, start))
+    return entries
