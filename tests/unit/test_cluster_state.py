@@ -22,6 +22,7 @@ from oncelog.metadata.cluster_state import (
     parse_key,
     prefix_for_partitions,
 )
+from oncelog.metadata.producer_id_blocks import decode_next, encode_next, next_block
 
 TOPIC = TopicAssignment(
     "events", uuid.UUID(int=7), ((1, 2, 3), (2, 3, 1)), {"retention.ms": "1000"}, False
@@ -170,3 +171,46 @@ def test_key_helpers_refuse_names_that_would_break_the_layout() -> None:
         key_for_topic("a/b")
     with pytest.raises(ClusterStateError):
         key_for_partition("", 0)
+
+
+# -- producer id blocks -------------------------------------------------------------------------
+
+
+def test_producer_id_blocks_follow_each_other() -> None:
+    block, value = next_block(None)
+    assert (block.first, block.size, block.end, block.last) == (0, 1000, 1000, 999)
+    assert 0 in block and 999 in block and 1000 not in block
+    assert json.loads(value) == {"version": 1, "next": 1000}
+    second, value = next_block(value)
+    assert (second.first, second.end) == (1000, 2000)
+    assert decode_next(value) == 2000
+
+
+def test_producer_id_block_skips_ids_in_use() -> None:
+    block, value = next_block(encode_next(1000), at_least=5000)
+    assert block.first == 5000
+    assert decode_next(value) == 6000
+    assert next_block(encode_next(7000), at_least=5000)[0].first == 7000
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"{}",
+        b'{"version": 1}',
+        b'{"version": 1, "next": "5"}',
+        b'{"version": 1, "next": -1}',
+        b'{"version": 1, "next": 1.5}',
+        b'{"version": 3, "next": 5}',
+        b"null",
+    ],
+)
+def test_corrupt_producer_ids_refused(data: bytes) -> None:
+    with pytest.raises(ClusterStateError, match="producer_ids"):
+        next_block(data)
+
+
+def test_producer_ids_exhausted() -> None:
+    with pytest.raises(ClusterStateError, match="exhausted"):
+        next_block(encode_next(2**63 - 1000))

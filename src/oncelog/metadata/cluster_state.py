@@ -37,7 +37,8 @@ class ClusterStateError(ValueError):
 # -- decoding helpers: strict types, so a wrong value never slips in as a bool or float --------
 
 
-def _load(data: bytes, what: str) -> dict[str, Any]:
+def load_object(data: bytes, what: str) -> dict[str, Any]:
+    """The JSON object of a stored value, checked to be of our version."""
     try:
         obj = json.loads(data)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -49,7 +50,8 @@ def _load(data: bytes, what: str) -> dict[str, Any]:
     return obj
 
 
-def _field(obj: dict[str, Any], key: str, kind: type[T], what: str) -> T:
+def typed_field(obj: dict[str, Any], key: str, kind: type[T], what: str) -> T:
+    """`obj[key]`, which must be a `kind`; `what` names the value in the error."""
     if key not in obj:
         raise ClusterStateError(f"{what}: missing {key!r}")
     value = obj[key]
@@ -67,7 +69,8 @@ def _ints(value: object, key: str, what: str) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _dump(obj: dict[str, Any]) -> bytes:
+def dump_object(obj: dict[str, Any]) -> bytes:
+    """A stored value: compact JSON with our version."""
     return json.dumps({"version": VERSION, **obj}, separators=(",", ":")).encode()
 
 
@@ -92,21 +95,21 @@ class BrokerRegistration:
     rack: str | None = None
 
     def to_bytes(self) -> bytes:
-        return _dump(
+        return dump_object(
             {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
         )
 
     @classmethod
     def from_bytes(cls, data: bytes) -> BrokerRegistration:
         what = "broker registration"
-        obj = _load(data, what)
+        obj = load_object(data, what)
         rack = obj.get("rack")
         if rack is not None and not isinstance(rack, str):
             raise ClusterStateError(f"{what}: 'rack' is not a str: {rack!r}")
         return cls(
-            _field(obj, "node_id", int, what),
-            _field(obj, "host", str, what),
-            _field(obj, "port", int, what),
+            typed_field(obj, "node_id", int, what),
+            typed_field(obj, "host", str, what),
+            typed_field(obj, "port", int, what),
             rack,
         )
 
@@ -118,11 +121,11 @@ class ControllerInfo:
     node_id: int
 
     def to_bytes(self) -> bytes:
-        return _dump({"node_id": self.node_id})
+        return dump_object({"node_id": self.node_id})
 
     @classmethod
     def from_bytes(cls, data: bytes) -> ControllerInfo:
-        return cls(_field(_load(data, "controller"), "node_id", int, "controller"))
+        return cls(typed_field(load_object(data, "controller"), "node_id", int, "controller"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +155,7 @@ class TopicAssignment:
         return len(self.replicas)
 
     def to_bytes(self) -> bytes:
-        return _dump(
+        return dump_object(
             {
                 "name": self.name,
                 "topic_id": str(self.topic_id),
@@ -165,25 +168,25 @@ class TopicAssignment:
     @classmethod
     def from_bytes(cls, data: bytes) -> TopicAssignment:
         what = "topic assignment"
-        obj = _load(data, what)
-        raw_id = _field(obj, "topic_id", str, what)
+        obj = load_object(data, what)
+        raw_id = typed_field(obj, "topic_id", str, what)
         try:
             topic_id = uuid.UUID(raw_id)
         except ValueError:
             raise ClusterStateError(f"{what}: bad topic_id {raw_id!r}") from None
-        raw = _field(obj, "replicas", list, what)
+        raw = typed_field(obj, "replicas", list, what)
         replicas = tuple(_ints(r, "replicas", what) for r in raw)
-        configs = _field(obj, "configs", dict, what)
+        configs = typed_field(obj, "configs", dict, what)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
             raise ClusterStateError(f"{what}: 'configs' is not a map of strings")
         return _decoded(
             what,
             cls,
-            _field(obj, "name", str, what),
+            typed_field(obj, "name", str, what),
             topic_id,
             replicas,
             configs,
-            _field(obj, "internal", bool, what),
+            typed_field(obj, "internal", bool, what),
         )
 
 
@@ -217,7 +220,7 @@ class PartitionState:
         return self.leader != NO_LEADER
 
     def to_bytes(self) -> bytes:
-        return _dump(
+        return dump_object(
             {
                 "leader": self.leader,
                 "leader_epoch": self.leader_epoch,
@@ -230,17 +233,17 @@ class PartitionState:
     @classmethod
     def from_bytes(cls, data: bytes) -> PartitionState:
         what = "partition state"
-        obj = _load(data, what)
+        obj = load_object(data, what)
         recovery = obj.get("leader_recovery", False)
         if not isinstance(recovery, bool):
             raise ClusterStateError(f"{what}: 'leader_recovery' is not a bool: {recovery!r}")
         return _decoded(
             what,
             cls,
-            _field(obj, "leader", int, what),
-            _field(obj, "leader_epoch", int, what),
-            _ints(_field(obj, "isr", list, what), "isr", what),
-            _field(obj, "partition_epoch", int, what),
+            typed_field(obj, "leader", int, what),
+            typed_field(obj, "leader_epoch", int, what),
+            _ints(typed_field(obj, "isr", list, what), "isr", what),
+            typed_field(obj, "partition_epoch", int, what),
             recovery,
         )
 
