@@ -188,3 +188,23 @@ class EligibleLeadersNotAvailable(KafkaError):
 
 class ElectionNotNeeded(KafkaError):
     code = ErrorCode.election_not_needed
+
+
+class CoordinatorLoadInProgress(KafkaError):
+    code = ErrorCode.coordinator_load_in_progress
+
+
+class CoordinatorNotAvailable(KafkaError):
+    code = ErrorCode.coordinator_not_available
+
+
+class NotCoordinator(KafkaError):
+    code = ErrorCode.not_coordinator
+
+
+class LeaderNotAvailable(KafkaError):
+    code = ErrorCode.leader_not_available
+
+
+class RequestTimedOut(KafkaError):
+    code = ErrorCode.request_timed_out

@@ -31,7 +31,9 @@ def test_a_marker_the_disk_refuses_is_a_storage_error_for_that_partition_only(
     monkeypatch.setattr(logs[TopicPartition("t", 0)].active.txn_index, "append", full)
     woken: list[Any] = []
     decided: list[Any] = []
-    replicas = SimpleNamespace(logs=logs, notify_appended=woken.extend)
+    replicas = SimpleNamespace(
+        logs=logs, notify_appended=woken.extend, leader_epoch=lambda tp: 0
+    )
     ctx: Any = SimpleNamespace(
         broker=SimpleNamespace(replicas=replicas, groups=SimpleNamespace(on_marker=decided.append))
     )

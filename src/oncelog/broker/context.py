@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 from oncelog.broker.metrics import BrokerMetrics
 
 if TYPE_CHECKING:
+    from oncelog.broker.cluster_view import ClusterOps, ClusterView
     from oncelog.broker.group_runtime import GroupRuntime
     from oncelog.broker.replica_manager import ReplicaManager
     from oncelog.broker.txn_runtime import TxnRuntime
@@ -33,6 +34,9 @@ class BrokerContext:
     groups: GroupRuntime
     txns: TxnRuntime
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
+    #: In a cluster: what etcd says, and the writes to it handlers may ask for.
+    cluster: ClusterView | None = None
+    cluster_ops: ClusterOps | None = None
 
 
 @dataclass(frozen=True, slots=True)

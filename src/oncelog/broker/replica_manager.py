@@ -1,8 +1,11 @@
-"""The partitions this broker leads: topic lifecycle, appends and reads.
+"""The partitions this broker holds: topic lifecycle, appends and reads.
 
 On a single node this broker leads every partition with leader epoch 0 and the in-sync
-replica set is itself, so acks=all is satisfied by the local append. Appends notify a
-listener (the fetch purgatory) with the partitions that grew.
+replica set is itself, so acks=all is satisfied by the local append. In a cluster
+(`enable_cluster`) each partition has a `Partition` with its role from etcd's partition
+state: only the leader takes client appends and reads; followers' fetches move the high
+watermark (which acks=all waits for) and the ISR. Appends and high-watermark moves notify
+a listener (the purgatory) with the partitions that changed.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
+from oncelog.broker.partition import Change, Partition, ReplicaView, Role
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
 from oncelog.errors import (
@@ -24,13 +28,14 @@ from oncelog.errors import (
     InvalidRequest,
     InvalidTxnState,
     KafkaStorageError,
+    NotLeaderOrFollower,
     TopicAlreadyExists,
     UnknownLeaderEpoch,
     UnknownProducerId,
     UnknownTopicOrPartition,
 )
 from oncelog.metadata.image import MetadataImage, TopicImage
-from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager
+from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager, ProducerIdPool
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanResult, LogCleaner
 from oncelog.storage.log_manager import LogManager
@@ -63,18 +68,32 @@ class ReplicaManager:
             clock,
             ProducerSettings(config.get_int("producer.id.expiration.ms"), self.producer_tracker),
         )
-        self.producer_ids = ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)
+        #: In a cluster (etcd.connect set) roles come from etcd, producer ids from its blocks.
+        self.clustered = bool(config.get("etcd.connect"))
+        self.producer_ids: ProducerIdManager | ProducerIdPool = (
+            ProducerIdPool()
+            if self.clustered
+            else ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)
+        )
         self.cleaner = LogCleaner(CleanerSettings.from_config(config), clock)
         self._log_configs: dict[str, LogConfig] = {}
         #: Set by the transaction runtime (KIP-890 verification); none: no transactions.
         self.txn_verifier: Callable[[int, int, TopicPartition], ErrorCode] = _no_transactions
         self.append_listener: Callable[[list[TopicPartition]], None] = lambda _: None
+        #: In a cluster: this broker's replica of each partition it holds (else empty).
+        self.replicas_by_tp: dict[TopicPartition, Partition] = {}
+        #: Called with (partition, proposed ISR) when a leader wants an ISR change written.
+        self.isr_change_listener: Callable[[Partition, frozenset[int]], None] = (
+            lambda _p, _isr: None
+        )
 
     def startup(self) -> None:
         self.logs.startup(self._log_config)
         for topic in self.metadata.topics.values():
             config = self._log_config(topic.name)
             assert config is not None
+            if self.clustered:
+                continue  # the logs on disk are loaded; etcd's assignment says what else
             for p in range(topic.partitions):
                 self.logs.create(TopicPartition(topic.name, p), config)
         seen = [pid for _, plog in self.logs.partitions() for pid in plog.producer_state.producers]
@@ -203,6 +222,9 @@ class ReplicaManager:
         and several batches are allowed (a client's data must be one batch).
         """
         plog = self.partition(tp)
+        leader_epoch = LEADER_EPOCH
+        if self.clustered:
+            leader_epoch = self.cluster_partition(tp).check_leader().leader_epoch
         validated = validate_produce_records(
             records,
             plog.config.max_message_bytes,
@@ -217,10 +239,14 @@ class ReplicaManager:
                     f"{tp}: producer id {header.producer_id} was never issued by this cluster"
                 )
         try:
-            return plog.append(validated, LEADER_EPOCH, check_sequence=not coordinator)
+            info = plog.append(validated, leader_epoch, check_sequence=not coordinator)
         except OSError as exc:
             log.error("%s: append failed: %s", tp, exc)
             raise KafkaStorageError(f"{tp}: {exc}") from exc
+        if self.clustered:
+            # An ISR of the leader alone commits at once.
+            self.replicas_by_tp[tp].maybe_advance_high_watermark()
+        return info
 
     def _verify_transactional(self, tp: TopicPartition, producer_id: int, epoch: int) -> None:
         """KIP-890's late-produce defence: transactional data is accepted only for a
@@ -248,16 +274,171 @@ class ReplicaManager:
         min_one: bool = True,
         read_committed: bool = False,
     ) -> ReadResult:
+        if self.clustered:
+            self.cluster_partition(tp).check_leader()
         return self.partition(tp).read(
             offset, max_bytes, min_one=min_one, read_committed=read_committed
         )
 
     def check_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int) -> None:
         """KIP-320 fencing: a client's view of the leader epoch must match ours (-1 skips)."""
+        if self.clustered:
+            self.cluster_partition(tp).check_epoch(current_leader_epoch)
+            return
         if current_leader_epoch < 0 or current_leader_epoch == LEADER_EPOCH:
             return
         error = FencedLeaderEpoch if current_leader_epoch < LEADER_EPOCH else UnknownLeaderEpoch
         raise error(f"{tp}: request epoch {current_leader_epoch}, leader epoch {LEADER_EPOCH}")
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        """The leader epoch this broker leads `tp` in (NOT_LEADER_OR_FOLLOWER otherwise)."""
+        if not self.clustered:
+            self.partition(tp)
+            return LEADER_EPOCH
+        return self.cluster_partition(tp).check_leader().leader_epoch
+
+    def in_sync_replicas(self, tp: TopicPartition) -> int:
+        """The committed ISR's size, which min.insync.replicas is checked against."""
+        if not self.clustered:
+            self.partition(tp)
+            return 1
+        return len(self.cluster_partition(tp).check_leader().isr)
+
+    # -- cluster -------------------------------------------------------------------------------
+
+    def apply_topic(
+        self,
+        name: str,
+        topic_id: uuid.UUID,
+        replicas: tuple[tuple[int, ...], ...],
+        configs: Mapping[str, str],
+        internal: bool,
+    ) -> list[TopicPartition]:
+        """etcd's topic: keep it in the local image and open the logs of the partitions this
+        broker is a replica of; return those partitions."""
+        existing = self.metadata.topics.get(name)
+        if existing is not None and existing.topic_id != topic_id:
+            self.remove_topic(name)  # deleted and created again under the same name
+            existing = None
+        image = TopicImage(name, topic_id, len(replicas), dict(configs), internal)
+        if existing != image:
+            self.metadata.add_topic(image)
+            self._log_configs.pop(name, None)
+        config = self._log_config(name)
+        assert config is not None
+        mine = []
+        for p, assigned in enumerate(replicas):
+            tp = TopicPartition(name, p)
+            if self.config.node_id in assigned:
+                plog = self.logs.get(tp)
+                if plog is None:
+                    plog = self.logs.create(tp, config)
+                plog.config = config
+                mine.append(tp)
+        return mine
+
+    def remove_topic(self, name: str) -> None:
+        """etcd deleted the topic: drop its replicas and logs here."""
+        topic = self.metadata.remove_topic(name)
+        self._log_configs.pop(name, None)
+        if topic is None:
+            return
+        for p in range(topic.partitions):
+            tp = TopicPartition(name, p)
+            self.replicas_by_tp.pop(tp, None)
+            if self.logs.get(tp) is not None:
+                self.logs.delete(tp)
+        self.logs.checkpoint()
+        log.info("deleted topic %s (etcd)", name)
+
+    def cluster_partition(self, tp: TopicPartition) -> Partition:
+        replica = self.replicas_by_tp.get(tp)
+        if replica is None:
+            if self.logs.get(tp) is None:
+                raise UnknownTopicOrPartition(f"This server does not host {tp}")
+            raise NotLeaderOrFollower(f"broker {self.config.node_id} has no state for {tp} yet")
+        return replica
+
+    def apply_partition_state(self, tp: TopicPartition, view: ReplicaView) -> Change:
+        """Apply etcd's state of a partition this broker is a replica of (its log exists)."""
+        replica = self.replicas_by_tp.get(tp)
+        if replica is None:
+            replica = self.replicas_by_tp[tp] = Partition(
+                self.config.node_id, tp, self.partition(tp)
+            )
+            replica.log.enable_replication()
+        change = replica.apply_state(
+            view, self.config.get_int("replica.lag.time.max.ms"), self.clock.monotonic_ms()
+        )
+        moved = change in (Change.BECAME_LEADER, Change.ISR_CHANGED)
+        if moved and replica.maybe_advance_high_watermark():
+            self.notify_appended([tp])
+        if change != Change.NOTHING:
+            log.info(
+                "%s: %s (leader %d, leader epoch %d, isr %s)",
+                tp,
+                change.value,
+                view.leader,
+                view.leader_epoch,
+                list(view.isr),
+            )
+        return change
+
+    def follower_fetch(
+        self,
+        replica_id: int,
+        tp: TopicPartition,
+        fetch_offset: int,
+        current_leader_epoch: int,
+        max_bytes: int,
+    ) -> ReadResult:
+        """A follower's fetch: read past the high watermark, note the follower's position,
+        then move the high watermark and maybe propose the follower back into the ISR."""
+        replica = self.cluster_partition(tp)
+        leader = replica.check_leader(current_leader_epoch)
+        if replica_id not in leader.followers:
+            raise NotLeaderOrFollower(f"broker {replica_id} is not a replica of {tp}")
+        plog = replica.log
+        result = plog.read(fetch_offset, max_bytes, plog.log_end_offset, for_follower=True)
+        leader.on_follower_fetch(
+            replica_id, fetch_offset, plog.log_end_offset, self.clock.monotonic_ms()
+        )
+        if replica.maybe_advance_high_watermark():
+            self.notify_appended([tp])
+        expanded = leader.isr_to_expand(replica_id, plog.high_watermark)
+        if expanded is not None:
+            leader.isr_proposed(expanded)
+            self.isr_change_listener(replica, expanded)
+        return result
+
+    def maybe_shrink_isr(self) -> None:
+        """Propose dropping followers that lag more than replica.lag.time.max.ms."""
+        now = self.clock.monotonic_ms()
+        for replica in self.replicas_by_tp.values():
+            leader = replica.leader
+            if replica.role != Role.LEADER or leader is None:
+                continue
+            shrunk = leader.isr_to_shrink(replica.log.log_end_offset, now)
+            if shrunk is not None:
+                log.info(
+                    "%s: proposing ISR %s (was %s): followers lag more than %d ms",
+                    replica.tp,
+                    sorted(shrunk),
+                    sorted(leader.isr),
+                    leader.lag_time_max_ms,
+                )
+                leader.isr_proposed(shrunk)
+                self.isr_change_listener(replica, shrunk)
+
+    def isr_change_done(self, tp: TopicPartition, view: ReplicaView | None) -> None:
+        """The outcome of a proposed ISR change: the new state, or None when refused."""
+        replica = self.replicas_by_tp.get(tp)
+        if replica is None or replica.leader is None:
+            return
+        if view is None:
+            replica.leader.isr_refused()
+            return
+        self.apply_partition_state(tp, view)
 
     # -- housekeeping ------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 
 from oncelog.broker.internal_topics import internal_topic_configs, read_entries
-from oncelog.broker.replica_manager import LEADER_EPOCH, ReplicaManager
+from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig
 from oncelog.coordinator.group.records import partition_for
@@ -145,7 +145,7 @@ class TxnRuntime:
                 marker.producer_epoch,
                 marker.coordinator_epoch,
                 marker.commit,
-                LEADER_EPOCH,
+                self.replicas.leader_epoch(marker.tp),
             )
         except (ProducerFenced, InvalidProducerEpoch, TransactionCoordinatorFenced) as exc:
             # A newer epoch already ended the transaction here: nothing left to decide.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oncelog.errors import CoordinatorLoadInProgress
 from oncelog.storage.files import CorruptFileError, read_checked_json, write_checked_json
 
 BLOCK_SIZE = 1000
@@ -51,3 +52,43 @@ class ProducerIdManager:
             end = producer_id + 1
             write_checked_json(self.path, {"next_block_start": end})
             self._next = self._block_end = end
+
+
+class ProducerIdPool:
+    """Producer ids of a cluster: blocks reserved in etcd (by compare-and-swap, so no two
+    brokers get the same block), handed out here one by one.
+
+    The server fetches a block whenever `wants_block` says so (the current one is 90% used,
+    as Kafka prefetches) and gives it to `add_block`; until the first block arrives
+    InitProducerId answers COORDINATOR_LOAD_IN_PROGRESS and the client retries.
+    """
+
+    def __init__(self) -> None:
+        self._blocks: list[tuple[int, int]] = []  # (next id, end) of reserved blocks
+        self.requested = False
+        #: Another broker's block may be newer than this broker's view of etcd, so no id is
+        #: refused as "never issued" in a cluster (see ReplicaManager.append).
+        self.allocated_below = 2**63 - 1
+
+    @property
+    def wants_block(self) -> bool:
+        if self.requested:
+            return False
+        left = sum(end - nxt for nxt, end in self._blocks)
+        return left < BLOCK_SIZE // 10
+
+    def add_block(self, first: int, size: int) -> None:
+        self._blocks.append((first, first + size))
+        self.requested = False
+
+    def next_id(self) -> int:
+        while self._blocks and self._blocks[0][0] >= self._blocks[0][1]:
+            self._blocks.pop(0)
+        if not self._blocks:
+            raise CoordinatorLoadInProgress("no producer id block reserved in etcd yet; retry")
+        nxt, end = self._blocks[0]
+        self._blocks[0] = (nxt + 1, end)
+        return nxt
+
+    def ensure_above(self, producer_id: int) -> None:
+        """Blocks come from etcd, past every id the cluster issued: nothing to do here."""

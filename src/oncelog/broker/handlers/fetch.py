@@ -6,6 +6,11 @@ least one whole batch so a batch larger than the limits cannot block a consumer.
 If fewer than `min_bytes` are ready, the request waits in the purgatory until an append to
 one of its partitions or `max_wait_ms`. Fetch sessions (KIP-227) are not offered: the
 response carries session id 0, which tells clients to send full fetch requests.
+
+A fetch with `replica_id` >= 0 is a follower's, in a cluster only: it reads past the high
+watermark up to the leader's log end, and tells the leader how far the follower got (which
+moves the high watermark and the ISR). From anyone that is not a replica of the partition
+it is refused per partition (NOT_LEADER_OR_FOLLOWER); on a single node, whole.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
-    if request.replica_id >= 0:
+    if request.replica_id >= 0 and not ctx.broker.replicas.clustered:
         return _top_level_error(ErrorCode.not_leader_or_follower)
     session_id = getattr(request, "session_id", 0)
     if session_id != 0:
@@ -61,16 +66,22 @@ def _collect(ctx: RequestContext, request: Any) -> tuple[dict[str, Any], int, bo
                 "records": b"",
             }
             try:
-                replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
+                epoch = getattr(p, "current_leader_epoch", -1)
                 first = total == 0
-                limit = min(p.partition_max_bytes, budget - total)
-                result = replicas.read(
-                    tp,
-                    p.fetch_offset,
-                    max(limit, 0),
-                    min_one=first,
-                    read_committed=read_committed,
-                )
+                limit = max(min(p.partition_max_bytes, budget - total), 0)
+                if request.replica_id >= 0:
+                    result = replicas.follower_fetch(
+                        request.replica_id, tp, p.fetch_offset, epoch, limit
+                    )
+                else:
+                    replicas.check_leader_epoch(tp, epoch)
+                    result = replicas.read(
+                        tp,
+                        p.fetch_offset,
+                        limit,
+                        min_one=first,
+                        read_committed=read_committed,
+                    )
                 records = result.records
                 entry.update(
                     high_watermark=result.high_watermark,

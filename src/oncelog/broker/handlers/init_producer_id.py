@@ -12,7 +12,7 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.txn_errors import for_version
-from oncelog.errors import ErrorCode
+from oncelog.errors import ErrorCode, KafkaError
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -28,7 +28,10 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         if code != ErrorCode.none:
             return _answer(code, -1, -1)
         return _answer(code, result.producer_id, result.producer_epoch)
-    producer_id = ctx.broker.replicas.producer_ids.next_id()
+    try:
+        producer_id = ctx.broker.replicas.producer_ids.next_id()
+    except KafkaError as exc:  # a cluster's broker without a producer id block yet
+        return _answer(exc.code, -1, -1)
     return _answer(ErrorCode.none, producer_id, 0)
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import RequestContext
-from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.types import (
     EARLIEST_TIMESTAMP,
@@ -33,11 +32,12 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             try:
                 tp = TopicPartition(topic.name, p.partition_index)
                 ctx.broker.replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
+                epoch = ctx.broker.replicas.leader_epoch(tp)
                 timestamp, offset = _lookup(ctx, tp, p.timestamp, read_committed)
                 entry.update(
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=LEADER_EPOCH if offset >= 0 else -1,
+                    leader_epoch=epoch if offset >= 0 else -1,
                 )
             except KafkaError as exc:
                 entry["error_code"] = exc.code

@@ -1,14 +1,21 @@
-"""Metadata (3): brokers, topics and partition leadership; auto-creates topics per config."""
+"""Metadata (3): brokers, topics and partition leadership; auto-creates topics per config.
+
+In a cluster the answer is etcd's view as this broker last saw it: every live broker, the
+controller, and per partition its leader (-1 and LEADER_NOT_AVAILABLE when offline), leader
+epoch, replicas, ISR and the replicas whose brokers are down.
+"""
 
 from __future__ import annotations
 
 import uuid
 from typing import Any
 
+from oncelog.broker.cluster_view import ClusterView
 from oncelog.broker.context import RequestContext
 from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.image import TopicImage
+from oncelog.types import TopicPartition
 
 ZERO_UUID = uuid.UUID(int=0)
 OPERATIONS_NOT_REQUESTED = -(2**31)
@@ -27,11 +34,21 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         for entry in requested:
             topics.append(_lookup(ctx, entry, allow_create))
     node = broker.node
+    cluster = broker.cluster
+    if cluster is not None:
+        brokers = [
+            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+            for b in cluster.brokers.values()
+        ]
+        cluster_id, controller_id = cluster.cluster_id, cluster.controller_id
+    else:
+        brokers = [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}]
+        cluster_id, controller_id = replicas.metadata.cluster_id, node.node_id
     return {
         "throttle_time": 0,
-        "brokers": [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}],
-        "cluster_id": replicas.metadata.cluster_id,
-        "controller_id": node.node_id,
+        "brokers": brokers,
+        "cluster_id": cluster_id,
+        "controller_id": controller_id,
         "topics": topics,
         "cluster_authorized_operations": OPERATIONS_NOT_REQUESTED,
     }
@@ -67,6 +84,8 @@ def _error(code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> dic
 
 
 def _describe(ctx: RequestContext, image: TopicImage) -> dict[str, Any]:
+    if ctx.broker.cluster is not None:
+        return _describe_replicated(ctx.broker.cluster, image)
     node_id = ctx.broker.node.node_id
     return {
         "error_code": ErrorCode.none,
@@ -85,5 +104,33 @@ def _describe(ctx: RequestContext, image: TopicImage) -> dict[str, Any]:
             }
             for p in range(image.partitions)
         ],
+        "topic_authorized_operations": OPERATIONS_NOT_REQUESTED,
+    }
+
+
+def _describe_replicated(cluster: ClusterView, image: TopicImage) -> dict[str, Any]:
+    assignment = cluster.topics.get(image.name)
+    partitions = []
+    for p in range(image.partitions):
+        replicas = list(assignment.replicas[p]) if assignment and p < assignment.partitions else []
+        state = cluster.state(TopicPartition(image.name, p))
+        leader = state.leader if state is not None else -1
+        partitions.append(
+            {
+                "error_code": ErrorCode.none if leader >= 0 else ErrorCode.leader_not_available,
+                "partition_index": p,
+                "leader_id": leader,
+                "leader_epoch": state.leader_epoch if state is not None else -1,
+                "replica_nodes": replicas,
+                "isr_nodes": list(state.isr) if state is not None else [],
+                "offline_replicas": [r for r in replicas if r not in cluster.brokers],
+            }
+        )
+    return {
+        "error_code": ErrorCode.none,
+        "name": image.name,
+        "topic_id": image.topic_id,
+        "is_internal": image.internal,
+        "partitions": partitions,
         "topic_authorized_operations": OPERATIONS_NOT_REQUESTED,
     }

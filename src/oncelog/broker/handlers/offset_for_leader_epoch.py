@@ -1,7 +1,9 @@
 """OffsetForLeaderEpoch (23): the end offset of a leader epoch (KIP-101 / KIP-320).
 
 A single node has had one leader epoch (0) since each partition was created, so epoch 0 ends
-at the log end offset; a later epoch is unknown (-1, -1) as in Kafka's epoch cache.
+at the log end offset; a later epoch is unknown (-1, -1) as in Kafka's epoch cache. In a
+cluster the leader answers from its leader-epoch cache: a follower asks where its latest
+epoch ends before it fetches after a leader change, and truncates there (KIP-101/KIP-279).
 """
 
 from __future__ import annotations
@@ -30,7 +32,11 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 tp = TopicPartition(topic.topic, p.partition)
                 plog = replicas.partition(tp)
                 replicas.check_leader_epoch(tp, p.current_leader_epoch)
-                if p.leader_epoch <= LEADER_EPOCH and p.leader_epoch >= 0:
+                if replicas.clustered:
+                    replicas.leader_epoch(tp)  # only the leader answers
+                    epoch, end = plog.end_offset_for_epoch(p.leader_epoch)
+                    entry.update(leader_epoch=epoch, end_offset=end)
+                elif p.leader_epoch <= LEADER_EPOCH and p.leader_epoch >= 0:
                     entry.update(leader_epoch=LEADER_EPOCH, end_offset=plog.log_end_offset)
             except KafkaError as exc:
                 entry["error_code"] = exc.code

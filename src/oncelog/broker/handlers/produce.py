@@ -1,8 +1,13 @@
 """Produce (0): validate and append each partition's batches; acks 0, 1 and all.
 
-Every partition is all-or-nothing. With acks=all the in-sync replica set of a single node is
-the leader itself, so the local append satisfies it, unless the topic's min.insync.replicas
-asks for more than that one replica: then, as in Kafka, NOT_ENOUGH_REPLICAS and no append.
+Every partition is all-or-nothing. acks=all first checks the committed ISR against the
+topic's min.insync.replicas (NOT_ENOUGH_REPLICAS, nothing appended). On a single node the
+ISR is the leader itself, so the local append satisfies acks=all. In a cluster the answer
+waits in the purgatory (Kafka's DelayedProduce) until the high watermark covers the batch;
+if the ISR shrank below min.insync.replicas by then the batch is written but answered
+NOT_ENOUGH_REPLICAS_AFTER_APPEND; a lost leadership answers NOT_LEADER_OR_FOLLOWER and
+`timeout_ms` REQUEST_TIMED_OUT, so the client retries (and the new leader recognises the
+retry as a duplicate from the producer state it replicated).
 With acks=0 no response is sent; an error then closes the connection, as Kafka does, so the
 client notices.
 """
@@ -14,14 +19,12 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
+from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError, NotEnoughReplicas
 from oncelog.storage.validator import KeylessRecords
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
-
-#: A single node is the only member of every partition's in-sync replica set.
-IN_SYNC_REPLICAS = 1
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
@@ -29,6 +32,8 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     acks = request.acks
     responses: list[dict[str, Any]] = []
     appended: list[TopicPartition] = []
+    #: acks=all in a cluster: (partition, offset the HW must reach, leader epoch, entry)
+    waiting: list[tuple[TopicPartition, int, int, dict[str, Any]]] = []
     failed = False
     for topic in request.topic_data:
         partitions = []
@@ -57,6 +62,9 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                     log_start_offset=info.log_start_offset,
                 )
                 appended.append(tp)
+                if acks == -1 and replicas.clustered:
+                    epoch = replicas.leader_epoch(tp)
+                    waiting.append((tp, info.last_offset + 1, epoch, entry))
             except KeylessRecords as exc:
                 failed = True
                 log.debug("produce to %s refused: %s", tp, exc)
@@ -80,15 +88,69 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         if failed:
             raise CloseConnection("acks=0 produce failed")
         return NO_RESPONSE
-    return {"responses": responses, "throttle_time": 0}
+    response = {"responses": responses, "throttle_time": 0}
+    if not waiting:
+        return response
+
+    def attempt(force: bool) -> dict[str, Any] | None:
+        pending = [w for w in waiting if not _replicated(replicas, *w, force=force)]
+        waiting[:] = pending
+        return response if not pending else None
+
+    ready = attempt(False)
+    if ready is not None:
+        return ready
+    deadline = ctx.broker.clock.monotonic_ms() + max(0, request.timeout_ms)
+    return Delayed(attempt, deadline, tuple(tp for tp, *_ in waiting))
+
+
+def _replicated(
+    replicas: Any,
+    tp: TopicPartition,
+    required: int,
+    epoch: int,
+    entry: dict[str, Any],
+    *,
+    force: bool,
+) -> bool:
+    """Kafka's DelayedProduce check for one partition; True when its answer is settled."""
+    try:
+        replica = replicas.cluster_partition(tp)
+        leader = replica.check_leader()
+    except KafkaError as exc:
+        entry.update(error_code=exc.code, error_message=str(exc) or None)
+        return True
+    if leader.leader_epoch != epoch:
+        entry.update(
+            error_code=ErrorCode.not_leader_or_follower,
+            error_message=f"{tp}: leadership moved on while waiting for replication",
+        )
+        return True
+    if replica.log.high_watermark >= required:
+        min_isr = replica.log.config.min_insync_replicas
+        if len(leader.isr) < min_isr:
+            entry.update(
+                error_code=ErrorCode.not_enough_replicas_after_append,
+                error_message=f"{tp}: the ISR {sorted(leader.isr)} shrank below "
+                f"min.insync.replicas {min_isr} while the batch was replicated",
+            )
+        return True
+    if force:
+        entry.update(
+            error_code=ErrorCode.request_timed_out,
+            error_message=f"{tp}: not replicated to the ISR within the request timeout",
+        )
+        return True
+    return False
 
 
 def _check_min_isr(replicas: Any, tp: TopicPartition) -> None:
     """Kafka refuses acks=all while the in-sync replicas are fewer than min.insync.replicas."""
     required = replicas.partition(tp).config.min_insync_replicas
-    if required > IN_SYNC_REPLICAS:
+    in_sync = replicas.in_sync_replicas(tp)
+    if required > in_sync:
         raise NotEnoughReplicas(
-            f"{tp}: the in-sync replicas [{IN_SYNC_REPLICAS}] are fewer than "
+            f"{tp}: the in-sync replicas [{in_sync}] are fewer than "
             f"min.insync.replicas {required}"
         )
 

@@ -12,7 +12,6 @@ import logging
 from typing import Any
 
 from oncelog.broker.context import RequestContext
-from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.types import TopicPartition
@@ -41,7 +40,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                             marker.producer_epoch,
                             marker.coordinator_epoch,
                             bool(marker.transaction_result),
-                            LEADER_EPOCH,
+                            replicas.leader_epoch(tp),
                         )
                         touched.append(tp)
                         # Offsets staged by TxnOffsetCommit are decided by this marker.

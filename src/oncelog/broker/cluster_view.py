@@ -1,0 +1,55 @@
+"""What this broker knows of the cluster from etcd: live brokers, controller, topics and
+partition states. The server fills it from etcd's watch; handlers (Metadata,
+DescribeCluster, CreateTopics) read it. Operations that must write etcd are asked for
+through `ClusterOps`, whose answer arrives later (`PendingOp`, completed by the server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from oncelog.errors import KafkaError
+from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
+from oncelog.types import TopicPartition
+
+
+@dataclass(eq=False)
+class PendingOp:
+    """An etcd write in flight for a request; `key` wakes its waiter in the purgatory."""
+
+    key: object
+    done: bool = False
+    error: KafkaError | None = None
+
+    def finish(self, error: KafkaError | None = None) -> None:
+        self.done = True
+        self.error = error
+
+
+class ClusterOps(Protocol):
+    def create_topic(
+        self,
+        name: str,
+        replicas: tuple[tuple[int, ...], ...],
+        configs: Mapping[str, str],
+        internal: bool,
+    ) -> PendingOp: ...
+
+    def delete_topic(self, name: str) -> PendingOp: ...
+
+
+@dataclass
+class ClusterView:
+    cluster_id: str
+    brokers: dict[int, BrokerRegistration] = field(default_factory=dict)
+    controller_id: int = -1
+    topics: dict[str, TopicAssignment] = field(default_factory=dict)
+    partitions: dict[TopicPartition, PartitionState] = field(default_factory=dict)
+
+    def live_broker_ids(self) -> list[int]:
+        return sorted(self.brokers)
+
+    def state(self, tp: TopicPartition) -> PartitionState | None:
+        return self.partitions.get(tp)

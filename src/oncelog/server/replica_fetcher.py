@@ -1,0 +1,301 @@
+"""Followers pull from leaders: one fetch loop per leader broker (Kafka's ReplicaFetcherThread).
+
+Each loop serves the partitions this broker follows on one leader:
+
+1. Partitions in the *truncating* phase ask the leader (OffsetForLeaderEpoch, with this
+   broker's id) where their latest leader epoch ends there, truncate to the divergence
+   point (`replication.follower.truncation_offset`) and move to *fetching*.
+2. Fetching partitions are fetched together, as a follower (`replica_id` = this broker),
+   at their log end with the leader epoch they know; the leader long-polls up to
+   `replica.fetch.wait.max.ms`. Batches are appended byte for byte; the follower's high
+   watermark follows the leader's.
+3. A fenced or stale epoch, or a leader that is no longer leader, parks the partition until
+   etcd's newer state arrives (`follow` again). A leader that cannot be reached is retried
+   after `replica.fetch.backoff.ms`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from oncelog.broker.partition import Partition, Role
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol.registry import ApiKey
+from oncelog.replication.follower import FollowerPhase, follower_high_watermark, truncation_offset
+from oncelog.server.inter_broker import BrokerChannel, PeerUnavailable
+from oncelog.types import TopicPartition
+
+log = logging.getLogger(__name__)
+
+FETCH_VERSION = 12
+OFFSET_FOR_LEADER_EPOCH_VERSION = 4
+
+
+#: (host, port) of a broker id, from the cluster view; None when it is not registered.
+AddressOf = Callable[[int], "tuple[str, int] | None"]
+
+
+class ReplicaFetcher:
+    def __init__(self, replicas: ReplicaManager, address_of: AddressOf) -> None:
+        self.replicas = replicas
+        self.node_id = replicas.config.node_id
+        self.address_of = address_of
+        config = replicas.config
+        self.wait_ms = config.get_int("replica.fetch.wait.max.ms")
+        self.min_bytes = config.get_int("replica.fetch.min.bytes")
+        self.max_bytes = config.get_int("replica.fetch.response.max.bytes")
+        self.partition_max_bytes = config.get_int("replica.fetch.max.bytes")
+        self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
+        self.timeout_s = config.get_int("replica.socket.timeout.ms") / 1000
+        self._following: dict[int, set[TopicPartition]] = {}
+        self._loops: dict[int, asyncio.Task[None]] = {}
+        self._kick: dict[int, asyncio.Event] = {}
+        #: Leaders whose last round had a partition error: back off before the next one.
+        self._errored: set[int] = set()
+
+    def follow(self, replica: Partition) -> None:
+        """Fetch `replica` from its current leader (after truncating against it)."""
+        self.unfollow(replica.tp)
+        follower = replica.follower
+        if follower is None:
+            return
+        leader_id = follower.leader_id
+        self._following.setdefault(leader_id, set()).add(replica.tp)
+        if leader_id not in self._loops:
+            self._kick[leader_id] = asyncio.Event()
+            self._loops[leader_id] = asyncio.create_task(self._run(leader_id))
+        self._kick[leader_id].set()
+
+    def unfollow(self, tp: TopicPartition) -> None:
+        for tps in self._following.values():
+            tps.discard(tp)
+
+    def broker_changed(self) -> None:
+        """A broker (re)registered: retry loops that were backing off."""
+        for event in self._kick.values():
+            event.set()
+
+    async def stop(self) -> None:
+        for task in self._loops.values():
+            task.cancel()
+        for task in self._loops.values():
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._loops.clear()
+
+    # -- one loop per leader -------------------------------------------------------------------
+
+    async def _run(self, leader_id: int) -> None:
+        channel: BrokerChannel | None = None
+        kick = self._kick[leader_id]
+        while True:
+            replicas = self._replicas_of(leader_id)
+            address = self.address_of(leader_id)
+            if not replicas or address is None:
+                kick.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(kick.wait(), self.backoff_s)
+                continue
+            if channel is None or channel.moved(*address):
+                if channel is not None:
+                    channel.close()
+                channel = BrokerChannel(leader_id, address[0], address[1], self.timeout_s)
+            try:
+                truncating = [r for r in replicas if _phase(r) == FollowerPhase.TRUNCATING]
+                if truncating:
+                    await self._truncate(channel, truncating)
+                fetching = [r for r in replicas if _phase(r) == FollowerPhase.FETCHING]
+                if fetching:
+                    await self._fetch(channel, fetching)
+                elif not truncating:
+                    kick.clear()
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(kick.wait(), self.backoff_s)
+                if leader_id in self._errored:
+                    self._errored.discard(leader_id)
+                    await asyncio.sleep(self.backoff_s)
+            except PeerUnavailable as exc:
+                log.info("replica fetcher: leader %d unavailable: %s", leader_id, exc)
+                await asyncio.sleep(self.backoff_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("replica fetcher for leader %d failed; retrying", leader_id)
+                await asyncio.sleep(self.backoff_s)
+
+    def _replicas_of(self, leader_id: int) -> list[Partition]:
+        out = []
+        for tp in list(self._following.get(leader_id, ())):
+            replica = self.replicas.replicas_by_tp.get(tp)
+            if replica is not None and _follows(replica, leader_id):
+                out.append(replica)
+            else:
+                self._following[leader_id].discard(tp)
+        return out
+
+    async def _truncate(self, channel: BrokerChannel, replicas: list[Partition]) -> None:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        asked: dict[TopicPartition, tuple[Partition, int]] = {}
+        for r in replicas:
+            assert r.follower is not None
+            asked[r.tp] = (r, r.follower.leader_epoch)
+            by_topic.setdefault(r.tp.topic, []).append(
+                {
+                    "partition": r.tp.partition,
+                    "current_leader_epoch": r.follower.leader_epoch,
+                    "leader_epoch": max(r.log.latest_leader_epoch, 0),
+                }
+            )
+        body = {
+            "replica_id": self.node_id,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+        }
+        response = await channel.call(
+            ApiKey.OFFSET_FOR_LEADER_EPOCH, OFFSET_FOR_LEADER_EPOCH_VERSION, body
+        )
+        for topic in response.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, p.partition)
+                replica, epoch = asked.get(tp, (None, -1))
+                follower = replica.follower if replica is not None else None
+                if replica is None or follower is None or follower.leader_epoch != epoch:
+                    continue  # the state moved on while we asked
+                if p.error_code != ErrorCode.none:
+                    self._park(replica, p.error_code)
+                    continue
+                plog = replica.log
+                offset = truncation_offset(
+                    p.leader_epoch,
+                    p.end_offset,
+                    plog.log_end_offset,
+                    plog.high_watermark,
+                    plog.local_end_offset_for_epoch,
+                )
+                if offset < plog.log_end_offset:
+                    log.info(
+                        "%s: truncating from %d to %d (leader %d answered epoch %d ends at %d)",
+                        tp,
+                        plog.log_end_offset,
+                        offset,
+                        follower.leader_id,
+                        p.leader_epoch,
+                        p.end_offset,
+                    )
+                    plog.truncate_to(offset)
+                follower.move(FollowerPhase.FETCHING)
+
+    async def _fetch(self, channel: BrokerChannel, replicas: list[Partition]) -> None:
+        by_topic: dict[str, list[dict[str, Any]]] = {}
+        asked: dict[TopicPartition, tuple[Partition, int, int]] = {}
+        for r in replicas:
+            assert r.follower is not None
+            offset = r.log.log_end_offset
+            asked[r.tp] = (r, r.follower.leader_epoch, offset)
+            by_topic.setdefault(r.tp.topic, []).append(
+                {
+                    "partition": r.tp.partition,
+                    "current_leader_epoch": r.follower.leader_epoch,
+                    "fetch_offset": offset,
+                    "last_fetched_epoch": -1,
+                    "log_start_offset": r.log.log_start_offset,
+                    "partition_max_bytes": self.partition_max_bytes,
+                }
+            )
+        body = {
+            "replica_id": self.node_id,
+            "max_wait": self.wait_ms,
+            "min_bytes": self.min_bytes,
+            "max_bytes": self.max_bytes,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+        response = await channel.call(
+            ApiKey.FETCH, FETCH_VERSION, body, self.timeout_s + self.wait_ms / 1000
+        )
+        if response.error_code != ErrorCode.none:
+            for r in replicas:
+                self._park(r, response.error_code)
+            return
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, p.partition_index)
+                entry = asked.get(tp)
+                if entry is None:
+                    continue
+                replica, epoch, offset = entry
+                follower = replica.follower
+                if follower is None or follower.leader_epoch != epoch:
+                    continue
+                if replica.log.log_end_offset != offset:
+                    continue  # truncated meanwhile
+                self._fetched(replica, p)
+
+    def _fetched(self, replica: Partition, p: Any) -> None:
+        if p.error_code == ErrorCode.offset_out_of_range:
+            self._out_of_range(replica, p)
+            return
+        if p.error_code != ErrorCode.none:
+            self._park(replica, p.error_code)
+            return
+        plog = replica.log
+        records = p.records or b""
+        try:
+            if records:
+                plog.append_as_follower(records)
+        except (KafkaError, OSError) as exc:
+            log.error("%s: cannot append what leader sent: %s; truncating again", replica.tp, exc)
+            assert replica.follower is not None
+            replica.follower.new_leader(replica.follower.leader_id, replica.follower.leader_epoch)
+            return
+        plog.set_high_watermark(follower_high_watermark(p.high_watermark, plog.log_end_offset))
+
+    def _out_of_range(self, replica: Partition, p: Any) -> None:
+        """Our end is outside the leader's log: below its start (retention moved on), we start
+        over at its start; otherwise we truncate against it again."""
+        plog = replica.log
+        follower = replica.follower
+        assert follower is not None
+        if 0 <= plog.log_end_offset < p.log_start_offset:
+            log.warning(
+                "%s: log end %d is below the leader's log start %d: starting over there",
+                replica.tp,
+                plog.log_end_offset,
+                p.log_start_offset,
+            )
+            plog.truncate_fully_and_start_at(p.log_start_offset)
+            return
+        follower.new_leader(follower.leader_id, follower.leader_epoch)
+
+    def _park(self, replica: Partition, code: int) -> None:
+        """FENCED_LEADER_EPOCH: our state is older than the leader's, wait for etcd's newer
+        one. Anything else (the leader has not seen its new state yet, say): truncate and
+        try again after the backoff."""
+        follower = replica.follower
+        if follower is None or follower.phase == FollowerPhase.WAITING:
+            return
+        self._errored.add(follower.leader_id)
+        log.info("%s: leader %d answered %s", replica.tp, follower.leader_id, ErrorCode(code).name)
+        if code == ErrorCode.fenced_leader_epoch:
+            follower.move(FollowerPhase.WAITING)
+        else:
+            follower.new_leader(follower.leader_id, follower.leader_epoch)
+
+
+def _follows(replica: Partition, leader_id: int) -> bool:
+    follower = replica.follower
+    if replica.role != Role.FOLLOWER or follower is None:
+        return False
+    return follower.leader_id == leader_id
+
+
+def _phase(replica: Partition) -> FollowerPhase | None:
+    return replica.follower.phase if replica.follower is not None else None
