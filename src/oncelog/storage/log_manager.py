@@ -2,7 +2,9 @@
 
 On disk, per log dir (Kafka's names): `<topic>-<partition>/` directories,
 `recovery-point-offset-checkpoint`, `log-start-offset-checkpoint`,
-`cleaner-offset-checkpoint` (each compacted partition's first dirty offset), and the clean-shutdown
+`cleaner-offset-checkpoint` (each compacted partition's first dirty offset),
+`replication-offset-checkpoint` (the high watermark of each replicated partition; never
+written while no partition of the dir is replicated), and the clean-shutdown
 marker `.kafka_cleanshutdown`, present only between a clean stop and the next start. Without
 the marker, segments past each partition's recovery point are scanned and repaired.
 
@@ -27,6 +29,11 @@ from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
 from oncelog.storage.partition_log import PartitionLog, ProducerSettings, RecoveryCheckpoint
+from oncelog.storage.replication_checkpoint import (
+    REPLICATION_CHECKPOINT_FILE,
+    read_offsets,
+    write_offsets,
+)
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -111,11 +118,20 @@ def lock_log_dirs(log_dirs: list[Path]) -> list[LogDirLock]:
 
 class LogManager:
     def __init__(
-        self, log_dirs: list[Path], clock: Clock, producers: ProducerSettings | None = None
+        self,
+        log_dirs: list[Path],
+        clock: Clock,
+        producers: ProducerSettings | None = None,
+        *,
+        replication: bool = False,
     ) -> None:
+        """`replication`: a clustered broker; every partition loaded or created keeps its
+        high watermark as state (`PartitionLog.enable_replication`). Partitions listed in
+        `replication-offset-checkpoint` are loaded replicated either way."""
         self.log_dirs = log_dirs
         self.clock = clock
         self.producers = producers or ProducerSettings()
+        self.replication = replication
         self.logs: dict[TopicPartition, PartitionLog] = {}
         self._dir_of: dict[TopicPartition, Path] = {}
         self._written: dict[Path, dict[tuple[str, int], int]] = {}
@@ -133,6 +149,7 @@ class LogManager:
             recovery = read_offset_checkpoint(log_dir / RECOVERY_POINT_FILE)
             starts = read_offset_checkpoint(log_dir / LOG_START_FILE)
             cleaned = read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT_FILE)
+            high_watermarks = read_offsets(log_dir / REPLICATION_CHECKPOINT_FILE)
             for path in sorted(log_dir.iterdir()):
                 match = _PARTITION_DIR.match(path.name)
                 if not path.is_dir() or not match:
@@ -151,6 +168,8 @@ class LogManager:
                     recovery_point=recovery.get(tp, 0),
                     log_start_offset=starts.get(tp, 0),
                     producers=self.producers,
+                    replicated=self.replication or tp in high_watermarks,
+                    high_watermark=high_watermarks.get(tp),
                 )
                 self.logs[tp].cleaner_checkpoint = cleaned.get(tp, 0)
                 self._dir_of[tp] = log_dir
@@ -163,7 +182,11 @@ class LogManager:
     def get(self, tp: TopicPartition) -> PartitionLog | None:
         return self.logs.get(tp)
 
-    def create(self, tp: TopicPartition, config: LogConfig) -> PartitionLog:
+    def create(
+        self, tp: TopicPartition, config: LogConfig, *, replicated: bool | None = None
+    ) -> PartitionLog:
+        """The log of `tp`, created empty if there is none; `replicated` (default: the
+        manager's `replication`) applies to a new log only."""
         existing = self.logs.get(tp)
         if existing is not None:
             return existing
@@ -176,7 +199,13 @@ class LogManager:
                 shutil.rmtree(stray)
         log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
         plog = PartitionLog.load(
-            log_dir / str(tp), tp, config, self.clock, clean=True, producers=self.producers
+            log_dir / str(tp),
+            tp,
+            config,
+            self.clock,
+            clean=True,
+            producers=self.producers,
+            replicated=self.replication if replicated is None else replicated,
         )
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir
@@ -197,6 +226,8 @@ class LogManager:
             recovery_point=plog.recovery_point,
             log_start_offset=plog.log_start_offset,
             producers=self.producers,
+            replicated=plog.replicated,
+            high_watermark=plog.high_watermark,
         )
         fresh.cleaner_checkpoint = plog.cleaner_checkpoint
         self.logs[tp] = fresh
@@ -241,10 +272,20 @@ class LogManager:
                 CLEANER_CHECKPOINT_FILE: {
                     tp: p.cleaner_checkpoint for tp, p in mine.items() if p.cleaner_checkpoint > 0
                 },
+                REPLICATION_CHECKPOINT_FILE: {
+                    tp: p.high_watermark for tp, p in mine.items() if p.replicated
+                },
             }
             for name, offsets in files.items():
                 path = log_dir / name
                 if if_changed and self._written.get(path) == offsets:
+                    continue
+                if name == REPLICATION_CHECKPOINT_FILE:
+                    if not offsets and path not in self._written and not path.exists():
+                        continue  # a single broker: no high watermarks to keep
+                    self._written.pop(path, None)
+                    write_offsets(path, {TopicPartition(*k): v for k, v in offsets.items()})
+                    self._written[path] = offsets
                     continue
                 self._written.pop(path, None)  # unknown if the write fails half-way
                 write_offset_checkpoint(path, offsets)
