@@ -242,6 +242,33 @@ def test_calls_time_out_while_etcd_is_paused_and_work_after(etcd_server: EtcdSer
     run(main())
 
 
+@pytest.mark.timeout(60)
+def test_calls_work_again_soon_after_a_long_outage(etcd_server: EtcdServer) -> None:
+    async def main() -> None:
+        store = await EtcdStore.connect(target(etcd_server), timeout_s=1)
+        try:
+            assert await store.create(b"k", b"v")
+            etcd_server.stop()
+            deadline = time.monotonic() + 12  # long enough for gRPC's backoff to grow
+            while time.monotonic() < deadline:
+                with pytest.raises(EtcdUnavailable):
+                    await store.get(b"k")
+                await asyncio.sleep(0.2)
+            etcd_server.start()
+            took = await eventually(lambda: _present(store, b"k"), within_s=10)
+            assert took < 3.5
+        finally:
+            await store.close()
+
+    run(main())
+
+
+async def _present(store: EtcdStore, key: bytes) -> bool:
+    with contextlib.suppress(EtcdUnavailable):
+        return await store.get(key) is not None
+    return False
+
+
 @pytest.mark.timeout(30)
 def test_connect_fails_fast_without_etcd_and_skips_a_dead_endpoint(
     etcd_server: EtcdServer,
@@ -331,6 +358,27 @@ def test_watch_lost_when_etcd_restarts_then_relist(etcd_server: EtcdServer) -> N
             etcd_server.start()
             items, _ = await store.get_prefix(b"t/", timeout_s=10)
             assert [v.value for v in items] == [b"1"]
+        finally:
+            await store.close()
+
+    run(main())
+
+
+@pytest.mark.timeout(60)
+def test_watch_lost_when_etcd_is_paused(etcd_server: EtcdServer) -> None:
+    async def main() -> None:
+        store = await EtcdStore.connect(target(etcd_server))
+        try:
+            watcher = asyncio.create_task(_collect(store, b"t/", 1, 1000))
+            await asyncio.sleep(0.3)
+            etcd_server.pause()
+            try:
+                start = time.monotonic()
+                with pytest.raises(WatchLost):
+                    await asyncio.wait_for(watcher, 25)  # gRPC keepalive: 10 s + 5 s
+                assert time.monotonic() - start < 20
+            finally:
+                etcd_server.resume()
         finally:
             await store.close()
 

@@ -42,12 +42,17 @@ log = logging.getLogger(__name__)
 DEFAULT_PREFIX = "/oncelog"
 DEFAULT_TIMEOUT_S = 5.0
 _USAGE = "expected HOST:PORT[,HOST:PORT...][/prefix]"
-# gRPC pings an idle-looking connection so a watch on a paused or partitioned etcd breaks
-# (WatchLost) instead of waiting forever; etcd refuses pings closer than 5 s apart.
+# gRPC pings a quiet connection so a watch on a paused or partitioned etcd breaks (WatchLost,
+# in about 15 s) instead of waiting forever; the ping timeout, not only the keepalive one,
+# bounds the wait, and etcd refuses pings closer than 5 s apart. Reconnecting backs off to
+# 2 s at most (gRPC's default is 120 s), so calls work soon after etcd is back.
 _GRPC_OPTIONS = {
     "grpc.keepalive_time_ms": 10_000,
     "grpc.keepalive_timeout_ms": 5_000,
+    "grpc.http2.ping_timeout_ms": 5_000,
     "grpc.http2.max_pings_without_data": 0,
+    "grpc.initial_reconnect_backoff_ms": 200,
+    "grpc.max_reconnect_backoff_ms": 2_000,
 }
 T = TypeVar("T")
 
