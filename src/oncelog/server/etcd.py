@@ -6,9 +6,9 @@ happens when etcd is away is decided here, once.
 
 Model. Every key lives under the target's prefix (`/oncelog` unless `etcd.connect` names
 one), stored as `<prefix>/<key>`; callers pass and get keys without it, so clusters can share
-an etcd. Values are opaque bytes. A write is a transaction on the key's `mod_revision` (the
+an etcd. Values are opaque bytes. Writes are transactions on the key's `mod_revision` (the
 store revision of its last write; 0 = absent), so a writer that read a stale value loses
-instead of overwriting. Keys that must vanish with their owner (a live broker, the
+instead of overwriting; only `delete` without an expected revision is unconditional. Keys that must vanish with their owner (a live broker, the
 controller) are put under a `Lease`, kept alive by the store; when the owner dies etcd
 deletes them after the TTL. An election creates one key under the candidate's lease if it is
 absent; its `create_revision` grows with every election and is the controller epoch.
