@@ -12,6 +12,7 @@ from typing import Protocol
 
 from oncelog.errors import KafkaError
 from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
+from oncelog.metadata.placement import assign_replicas
 from oncelog.types import TopicPartition
 
 
@@ -39,6 +40,10 @@ class ClusterOps(Protocol):
 
     def delete_topic(self, name: str) -> PendingOp: ...
 
+    def random_placement(self) -> tuple[int, int]:
+        """The round robin's start index and replica shift for a new topic."""
+        ...
+
 
 @dataclass
 class ClusterView:
@@ -53,3 +58,16 @@ class ClusterView:
 
     def state(self, tp: TopicPartition) -> PartitionState | None:
         return self.partitions.get(tp)
+
+    def place(
+        self, ops: ClusterOps, partitions: int, replication_factor: int
+    ) -> tuple[tuple[int, ...], ...]:
+        """Kafka's round robin over the live brokers (INVALID_REPLICATION_FACTOR if too few)."""
+        start, shift = ops.random_placement()
+        return assign_replicas(
+            self.live_broker_ids(),
+            partitions,
+            replication_factor,
+            start_index=start,
+            next_replica_shift=shift,
+        )

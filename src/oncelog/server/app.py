@@ -33,6 +33,7 @@ from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig, Listener
 from oncelog.errors import KafkaError
 from oncelog.server.cleaner_pool import new_pool, stop_pool
+from oncelog.server.cluster import ClusterRuntime, ClusterStartError
 from oncelog.server.connection import Connection
 from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
@@ -86,6 +87,10 @@ class BrokerServer:
         self.txns = TxnRuntime(config, self.clock, self.replicas)
         self.replicas.txn_verifier = self.txns.coordinator.verify_partition
         self.txns.on_offsets_marker = self.groups.on_marker
+        #: A broker of an etcd cluster (etcd.connect set), else None: a single node.
+        self.cluster: ClusterRuntime | None = None
+        if self.replicas.clustered:
+            self.cluster = ClusterRuntime(config, self.replicas, self._on_append)
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
         self.connections: set[Connection] = set()
@@ -100,8 +105,10 @@ class BrokerServer:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, self.replicas.startup)
-        await loop.run_in_executor(None, self.groups.startup)
-        await loop.run_in_executor(None, self.txns.startup)
+        if self.cluster is None:
+            # In a cluster the coordinators' partitions are loaded where they are led.
+            await loop.run_in_executor(None, self.groups.startup)
+            await loop.run_in_executor(None, self.txns.startup)
         listener = self.config.listener
         if self._sock is not None:
             self._server = await loop.create_server(
@@ -122,9 +129,15 @@ class BrokerServer:
         if host in ("0.0.0.0", "", "::"):
             host = "127.0.0.1"
         node = Node(self.config.node_id, host, port)
-        self.dispatcher = Dispatcher(
-            BrokerContext(self.config, self.clock, self.replicas, node, self.groups, self.txns)
+        context = BrokerContext(
+            self.config, self.clock, self.replicas, node, self.groups, self.txns
         )
+        if self.cluster is not None:
+            context.cluster = self.cluster.view
+            context.cluster_ops = self.cluster
+        self.dispatcher = Dispatcher(context)
+        if self.cluster is not None:
+            await self.cluster.start(node)
         self._schedule_group_timer()
         self._tasks = [
             asyncio.create_task(
@@ -318,6 +331,8 @@ class BrokerServer:
         for conn in list(self.connections):
             conn.abort()
         self._stop_cleaner()
+        if self.cluster is not None:
+            await self.cluster.stop()
         self.replicas.shutdown()
         log.info("shut down cleanly")
 
@@ -339,7 +354,7 @@ def run(config: BrokerConfig) -> int:
         try:
             server = BrokerServer(config, sock=sock)
             port = await server.start()
-        except (OSError, ValueError, KafkaError) as exc:
+        except (OSError, ValueError, KafkaError, ClusterStartError) as exc:
             log.debug("start-up failed", exc_info=True)
             raise StartupError(f"start-up failed: {exc}") from exc
         except Exception as exc:

@@ -1,19 +1,37 @@
-"""CreateTopics (19): validated per topic; `validate_only` checks without creating."""
+"""CreateTopics (19): validated per topic; `validate_only` checks without creating.
+
+In a cluster the topic's replicas are placed over the live brokers (Kafka's round robin, or
+the request's explicit assignment) and the assignment is written to etcd; the answer waits
+for that write. The controller then creates the partitions' states (leaders, ISR), which
+clients see in Metadata a moment later (LEADER_NOT_AVAILABLE until then, as with Kafka).
+"""
 
 from __future__ import annotations
 
 from collections import Counter
 from typing import Any
 
+from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_configs import describe_topic_configs
 from oncelog.broker.handlers.metadata import ZERO_UUID
-from oncelog.broker.replica_manager import TopicSpec
-from oncelog.config import validate_topic_configs
-from oncelog.errors import ErrorCode, InvalidReplicationFactor, InvalidRequest, KafkaError
+from oncelog.broker.purgatory import Delayed
+from oncelog.broker.replica_manager import MAX_PARTITIONS_PER_TOPIC, TopicSpec
+from oncelog.config import validate_topic_configs, validate_topic_name
+from oncelog.errors import (
+    ErrorCode,
+    InvalidPartitions,
+    InvalidReplicationFactor,
+    InvalidRequest,
+    KafkaError,
+    TopicAlreadyExists,
+)
+from oncelog.metadata.placement import validate_manual_assignment
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+    if ctx.broker.cluster_ops is not None:
+        return _handle_in_cluster(ctx, request)
     replicas = ctx.broker.replicas
     counts = Counter(t.name for t in request.topics)
     results = []
@@ -75,3 +93,80 @@ def _spec(ctx: RequestContext, topic: Any) -> TopicSpec:
     configs = {c.name: c.value for c in topic.configs}
     replication = -1 if topic.assignments else topic.replication_factor
     return TopicSpec(topic.name, partitions, replication, configs)
+
+
+def _handle_in_cluster(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+    cluster, ops = ctx.broker.cluster, ctx.broker.cluster_ops
+    assert cluster is not None and ops is not None
+    counts = Counter(t.name for t in request.topics)
+    results: list[dict[str, Any]] = []
+    pending: list[tuple[dict[str, Any], PendingOp]] = []
+    for topic in request.topics:
+        result: dict[str, Any] = {
+            "name": topic.name,
+            "topic_id": ZERO_UUID,
+            "error_code": ErrorCode.none,
+            "error_message": None,
+            "num_partitions": -1,
+            "replication_factor": -1,
+            "configs": [],
+        }
+        results.append(result)
+        try:
+            if counts[topic.name] > 1:
+                raise InvalidRequest(f"Topic {topic.name} appears more than once in the request")
+            configs = {c.name: c.value for c in topic.configs}
+            validate_topic_name(topic.name)
+            if topic.name in cluster.topics:
+                raise TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
+            validate_topic_configs(configs, ctx.broker.config.topic_defaults())
+            assignment = _placement(ctx, topic)
+            result.update(num_partitions=len(assignment), replication_factor=len(assignment[0]))
+            if not request.validate_only:
+                kept = {k: v for k, v in configs.items() if v is not None}
+                pending.append((result, ops.create_topic(topic.name, assignment, kept, False)))
+        except KafkaError as exc:
+            result.update(error_code=exc.code, error_message=str(exc))
+    response = {"throttle_time": 0, "topics": results}
+    if not pending:
+        return response
+
+    def attempt(force: bool) -> dict[str, Any] | None:
+        if not force and not all(op.done for _, op in pending):
+            return None
+        for result, op in pending:
+            if op.error is not None:
+                result.update(error_code=op.error.code, error_message=str(op.error))
+            elif not op.done:
+                result.update(
+                    error_code=ErrorCode.request_timed_out,
+                    error_message="etcd did not confirm the topic in time",
+                )
+        return response
+
+    deadline = ctx.broker.clock.monotonic_ms() + max(int(request.timeout.total_seconds() * 1000), 1)
+    return Delayed(attempt, deadline, tuple(op.key for _, op in pending))
+
+
+def _placement(ctx: RequestContext, topic: Any) -> tuple[tuple[int, ...], ...]:
+    """The replicas of each partition: the request's own, or Kafka's round robin."""
+    cluster, ops = ctx.broker.cluster, ctx.broker.cluster_ops
+    assert cluster is not None and ops is not None
+    live = cluster.live_broker_ids()
+    if topic.assignments:
+        if topic.num_partitions != -1 or topic.replication_factor != -1:
+            raise InvalidRequest(
+                "Both numPartitions or replicationFactor and replicasAssignments were set."
+            )
+        ordered = sorted(topic.assignments, key=lambda a: a.partition_index)
+        manual = [list(a.broker_ids) for a in ordered]
+        validate_manual_assignment(manual, live)
+        return tuple(tuple(r) for r in manual)
+    config = ctx.broker.config
+    partitions = config.num_partitions if topic.num_partitions == -1 else topic.num_partitions
+    if not 0 < partitions <= MAX_PARTITIONS_PER_TOPIC:
+        raise InvalidPartitions(f"Number of partitions must be 1..{MAX_PARTITIONS_PER_TOPIC}")
+    factor = topic.replication_factor
+    if factor == -1:
+        factor = config.get_int("default.replication.factor")
+    return cluster.place(ops, partitions, factor)

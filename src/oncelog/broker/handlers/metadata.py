@@ -13,6 +13,7 @@ from typing import Any
 from oncelog.broker.cluster_view import ClusterView
 from oncelog.broker.context import RequestContext
 from oncelog.broker.replica_manager import LEADER_EPOCH
+from oncelog.config import validate_topic_name
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.image import TopicImage
 from oncelog.types import TopicPartition
@@ -64,12 +65,27 @@ def _lookup(ctx: RequestContext, entry: Any, allow_create: bool) -> dict[str, An
             return _error(ErrorCode.unknown_topic_id, None, topic_id)
         return _describe(ctx, image)
     try:
-        image = replicas.maybe_auto_create(name) if allow_create else replicas.topic(name)
+        if ctx.broker.cluster is not None:
+            image = replicas.topic(name)
+            if image is None and allow_create and ctx.broker.config.auto_create_topics:
+                _auto_create_in_cluster(ctx, name)
+                return _error(ErrorCode.leader_not_available, name, None)
+        else:
+            image = replicas.maybe_auto_create(name) if allow_create else replicas.topic(name)
     except KafkaError as exc:
         return _error(exc.code, name, None)
     if image is None:
         return _error(ErrorCode.unknown_topic_or_partition, name, None)
     return _describe(ctx, image)
+
+
+def _auto_create_in_cluster(ctx: RequestContext, name: str) -> None:
+    """Ask etcd for the topic with the broker defaults; clients retry Metadata meanwhile."""
+    cluster, ops, config = ctx.broker.cluster, ctx.broker.cluster_ops, ctx.broker.config
+    assert cluster is not None and ops is not None
+    validate_topic_name(name)
+    factor = config.get_int("default.replication.factor")
+    ops.create_topic(name, cluster.place(ops, config.num_partitions, factor), {}, False)
 
 
 def _error(code: ErrorCode, name: str | None, topic_id: uuid.UUID | None) -> dict[str, Any]:

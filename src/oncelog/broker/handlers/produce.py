@@ -100,7 +100,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     ready = attempt(False)
     if ready is not None:
         return ready
-    deadline = ctx.broker.clock.monotonic_ms() + max(0, request.timeout_ms)
+    deadline = ctx.broker.clock.monotonic_ms() + max(0, int(request.timeout.total_seconds() * 1000))
     return Delayed(attempt, deadline, tuple(tp for tp, *_ in waiting))
 
 
