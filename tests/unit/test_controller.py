@@ -39,9 +39,11 @@ def reg(node: int) -> BrokerRegistration:
 
 
 def topic(
-    name: str = "t", replicas: tuple[tuple[int, ...], ...] = ((1, 2, 3),), **configs: str
+    name: str = "t",
+    replicas: tuple[tuple[int, ...], ...] = ((1, 2, 3),),
+    configs: dict[str, str] | None = None,
 ) -> TopicAssignment:
-    return TopicAssignment(name, uuid.UUID(int=1), replicas, configs)
+    return TopicAssignment(name, uuid.UUID(int=1), replicas, configs or {})
 
 
 class FakeEtcd:
@@ -62,7 +64,7 @@ class FakeEtcd:
 
     def apply(self, writes: list[PartitionWrite]) -> list[PartitionWrite]:
         """Apply writes and the writes they cause until quiet; return those applied."""
-        applied = []
+        applied: list[PartitionWrite] = []
         for _ in range(100):
             if not writes:
                 return applied
@@ -196,12 +198,12 @@ def test_unclean_on_elects_first_live_replica_recovering() -> None:
 
 
 def test_topic_config_overrides_cluster_default() -> None:
-    on = topic(**{"unclean.leader.election.enable": "true"})
+    on = topic(configs={"unclean.leader.election.enable": "true"})
     c, etcd = cluster(assignment=on)
     etcd.leader_sets_isr((1,))
     etcd.apply(c.broker_expired(1))
     assert etcd.state().leader == 2
-    off = topic(**{"unclean.leader.election.enable": "false"})
+    off = topic(configs={"unclean.leader.election.enable": "false"})
     c, etcd = cluster(unclean=True, assignment=off)
     etcd.leader_sets_isr((1,))
     etcd.apply(c.broker_expired(1))
