@@ -71,7 +71,8 @@ class ControllerRole(Enum):
 
 
 _ROLE_TRANSITIONS = {
-    ControllerRole.STANDBY: {ControllerRole.ACTIVE},
+    # STANDBY -> STANDBY: a lease lost while campaigning; there was nothing to give up.
+    ControllerRole.STANDBY: {ControllerRole.ACTIVE, ControllerRole.STANDBY},
     # ACTIVE -> ACTIVE: elected again (after a reconnect); recompute everything.
     ControllerRole.ACTIVE: {ControllerRole.ACTIVE, ControllerRole.STANDBY},
 }
@@ -353,9 +354,11 @@ class Controller:
         self._next_rebalance_ms = now_ms + self.settings.first_rebalance_delay_ms
         return self._plan_all(self._all_partitions(), "became controller", (self.live_brokers,))
 
-    def lost_controller(self) -> None:
+    def lost_controller(self) -> list[PartitionWrite]:
+        """The controller key is no longer ours: keep the view, stop writing."""
         self._move_to(ControllerRole.STANDBY)
         self._next_rebalance_ms = None
+        return []
 
     def tick(self, now_ms: int) -> list[PartitionWrite]:
         """Rule 5: the periodic preferred-leader rebalance, when its time has come."""
