@@ -10,6 +10,7 @@ import uuid
 
 import pytest
 
+from oncelog.config import BrokerConfig
 from oncelog.errors import (
     ElectionNotNeeded,
     EligibleLeadersNotAvailable,
@@ -471,3 +472,21 @@ def test_add_partitions_and_the_new_ones_get_states() -> None:
     with pytest.raises(InvalidRequest, match="which have 3 replica"):
         c.add_partitions("t", 6, manual=[[0, 1]])
     assert c.add_partitions("t", 6, manual=[[4, 3, 2]]).replicas[5] == (4, 3, 2)
+
+
+def test_settings_from_broker_config() -> None:
+    assert ControllerSettings.from_broker_config(BrokerConfig()) == ControllerSettings()
+    config = BrokerConfig(
+        {
+            "unclean.leader.election.enable": "true",
+            "auto.leader.rebalance.enable": "false",
+            "leader.imbalance.check.interval.seconds": "60",
+            "leader.imbalance.per.broker.percentage": "25",
+        }
+    )
+    assert ControllerSettings.from_broker_config(config) == ControllerSettings(
+        unclean_leader_election_enable=True,
+        auto_leader_rebalance_enable=False,
+        leader_imbalance_check_interval_ms=60_000,
+        leader_imbalance_per_broker_percentage=25,
+    )

@@ -38,6 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
+from oncelog.config import BrokerConfig
 from oncelog.errors import (
     ElectionNotNeeded,
     EligibleLeadersNotAvailable,
@@ -150,6 +151,19 @@ class ControllerSettings:
     leader_imbalance_per_broker_percentage: int = 10
     #: Kafka's first check after a failover comes 5 s later, then every interval.
     first_rebalance_delay_ms: int = 5_000
+
+    @classmethod
+    def from_broker_config(cls, config: BrokerConfig) -> ControllerSettings:
+        """The broker keys of the same names (already checked against Kafka's bounds)."""
+        return cls(
+            unclean_leader_election_enable=config.get(UNCLEAN_KEY) is True,
+            auto_leader_rebalance_enable=config.get("auto.leader.rebalance.enable") is True,
+            leader_imbalance_check_interval_ms=1000
+            * config.get_int("leader.imbalance.check.interval.seconds"),
+            leader_imbalance_per_broker_percentage=config.get_int(
+                "leader.imbalance.per.broker.percentage"
+            ),
+        )
 
 
 # -- the pure rules ----------------------------------------------------------------------------
