@@ -765,6 +765,13 @@ class PartitionLog:
         ):
             self.roll(first.base_offset)
             seg = self.active
+        elif seg.size == 0 and first.last_offset - seg.base_offset > INT32_MAX:
+            # An empty segment far below a batch after a gap: its index could not hold it.
+            self.segments.pop()
+            self._bases.pop()
+            seg.delete()
+            self._add_segment(self._new_segment(first.base_offset))
+            seg = self.active
         base_size = seg.size
         rolling_ts = self._rolling_timestamp(seg) if seg.size > 0 else first.max_timestamp
         size = first.size
