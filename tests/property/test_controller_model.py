@@ -52,6 +52,8 @@ class ControllerMachine(RuleBasedStateMachine):
         self.seen: dict[TopicPartition, int] = {}
         self.pending: list[PartitionWrite] = []
         self.live: set[int] = set()
+        self.epochs: dict[int, int | None] = {}
+        self.next_epoch = 0
         self.now = 0
 
     @initialize(
@@ -70,7 +72,8 @@ class ControllerMachine(RuleBasedStateMachine):
         self.live = set(live)
         self.controller = Controller(self.settings)
         for b in sorted(self.live):
-            self.take(self.controller.broker_registered(reg(b)))
+            self.epochs[b] = self.next_epoch = self.next_epoch + 1
+            self.take(self.controller.broker_registered(reg(b), self.epochs[b]))
         self.take(self.controller.became_controller(self.now))
         self.take(self.controller.topic_changed(self.topic))
 
@@ -130,7 +133,15 @@ class ControllerMachine(RuleBasedStateMachine):
     def start_broker(self, node: int) -> None:
         """A broker registers: one that was dead returns, a live one restarted quickly."""
         self.live.add(node)
-        self.take(self.controller.broker_registered(reg(node)))
+        self.epochs[node] = self.next_epoch = self.next_epoch + 1
+        self.take(self.controller.broker_registered(reg(node), self.epochs[node]))
+
+    @precondition(lambda self: len(self.live) > 0)
+    @rule(data=st.data())
+    def reread_broker(self, data: st.DataObject) -> None:
+        """The IO layer reads a registration it already reported (a watch resync)."""
+        node = data.draw(st.sampled_from(sorted(self.live)))
+        self.take(self.controller.broker_registered(reg(node), self.epochs.get(node)))
 
     @rule(tp=partitions, node=brokers, grow=st.booleans())
     def leader_changes_isr(self, tp: TopicPartition, node: int, grow: bool) -> None:
@@ -181,7 +192,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.pending = []
         self.controller = Controller(self.settings)
         for b in sorted(self.live):
-            self.take(self.controller.broker_registered(reg(b)))
+            self.take(self.controller.broker_registered(reg(b), self.epochs.get(b)))
         self.take(self.controller.topic_changed(self.topic))
         for tp in TPS:
             self.feed(tp)

@@ -255,6 +255,16 @@ def test_leader_restarted_within_its_lease_gets_a_new_leader_epoch() -> None:
     assert "restarted" in w.reason
 
 
+def test_broker_epoch_tells_a_restart_from_a_re_read() -> None:
+    c, etcd = cluster()
+    [w] = etcd.apply(c.broker_registered(reg(2), broker_epoch=7))
+    assert w.new_state.isr == (1, 3)  # a restarted follower leaves the ISR
+    assert c.broker_registered(reg(2), broker_epoch=7) == []  # the same key read again
+    etcd.leader_sets_isr((1, 3, 2))
+    [w] = c.broker_registered(reg(2), broker_epoch=8)  # a new incarnation
+    assert w.new_state.isr == (1, 3)
+
+
 def test_sole_leader_restarted_leads_again_with_higher_epoch() -> None:
     c, etcd = cluster(1, assignment=topic(replicas=((1,),)))
     [w] = etcd.apply(c.broker_registered(reg(1)))

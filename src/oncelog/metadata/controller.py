@@ -297,6 +297,7 @@ class Controller:
         self.settings = settings or ControllerSettings()
         self.role = ControllerRole.STANDBY
         self._brokers: dict[int, BrokerRegistration] = {}
+        self._broker_epochs: dict[int, int | None] = {}
         self._topics: dict[str, TopicAssignment] = {}
         self._partitions: dict[TopicPartition, VersionedState] = {}
         self._next_rebalance_ms: int | None = None
@@ -324,13 +325,20 @@ class Controller:
 
     # -- events -----------------------------------------------------------------------------
 
-    def broker_registered(self, reg: BrokerRegistration) -> list[PartitionWrite]:
-        """A `brokers/<id>` key was created. If the broker was already registered it
-        restarted within its lease: as Kafka's bounced brokers, that is a death then a
-        return, so partitions it led get a new leader epoch."""
+    def broker_registered(
+        self, reg: BrokerRegistration, broker_epoch: int | None = None
+    ) -> list[PartitionWrite]:
+        """`brokers/<id>` was put; `broker_epoch` is the key's create_revision (Kafka's
+        broker epoch is its znode's czxid). A broker already registered under another epoch
+        (or with none given) restarted within its lease: as Kafka's bounced brokers, that is
+        a death then a return, so partitions it led get a new leader epoch. The same epoch
+        again is a re-read and changes nothing."""
         node = reg.node_id
-        bounced = node in self._brokers
+        bounced = node in self._brokers and (
+            broker_epoch is None or self._broker_epochs.get(node) != broker_epoch
+        )
         self._brokers[node] = reg
+        self._broker_epochs[node] = broker_epoch
         live = self.live_brokers
         passes = (live - {node}, live) if bounced else (live,)
         why = f"broker {node} {'restarted' if bounced else 'registered'}"
@@ -338,6 +346,7 @@ class Controller:
 
     def broker_expired(self, node_id: int) -> list[PartitionWrite]:
         self._brokers.pop(node_id, None)
+        self._broker_epochs.pop(node_id, None)
         why = f"broker {node_id} expired"
         return self._plan_all(self._partitions_of_broker(node_id), why, (self.live_brokers,))
 
