@@ -8,10 +8,11 @@ Model. Every key lives under the target's prefix (`/oncelog` unless `etcd.connec
 one), stored as `<prefix>/<key>`; callers pass and get keys without it, so clusters can share
 an etcd. Values are opaque bytes. Writes are transactions on the key's `mod_revision` (the
 store revision of its last write; 0 = absent), so a writer that read a stale value loses
-instead of overwriting; only `delete` without an expected revision is unconditional. Keys that must vanish with their owner (a live broker, the
-controller) are put under a `Lease`, kept alive by the store; when the owner dies etcd
-deletes them after the TTL. An election creates one key under the candidate's lease if it is
-absent; its `create_revision` grows with every election and is the controller epoch.
+instead of overwriting; only `delete` without an expected revision is unconditional. Keys
+that must vanish with their owner (a live broker, the controller) are put under a `Lease`,
+kept alive by the store; when the owner dies etcd deletes them after the TTL. An election
+creates one key under the candidate's lease if it is absent; its `create_revision` grows
+with every election and is the controller epoch.
 
 etcd away. Every call has a deadline (the store's default or `timeout_s`) and raises
 `EtcdUnavailable` once it passes or the connection is refused: a stopped, paused or
@@ -160,6 +161,7 @@ class Lease:
             log.exception("etcd lease %x: keep-alive failed", self.id)
         finally:
             self.lost.set()
+            self._store._leases.discard(self)
 
     async def _stop(self) -> None:
         self.lost.set()
@@ -234,7 +236,8 @@ class EtcdStore:
         code = e.__cause__.code() if isinstance(e.__cause__, aetcd.rpc.AioRpcError) else None
         if isinstance(e, aetcd.rpc.AioRpcError):
             code = e.code()
-        unavailable = (aetcd.rpc.StatusCode.UNAVAILABLE, aetcd.rpc.StatusCode.DEADLINE_EXCEEDED)
+        codes = aetcd.rpc.StatusCode  # CANCELLED: the channel was closed by a failover
+        unavailable = (codes.UNAVAILABLE, codes.DEADLINE_EXCEEDED, codes.CANCELLED)
         if code in unavailable or isinstance(e, (aetcd.ConnectionFailedError, TimeoutError)):
             return EtcdUnavailable(f"etcd {what} at {self.endpoint}: unavailable ({e})")
         if "lease not found" in str(e):
@@ -306,7 +309,8 @@ class EtcdStore:
     ) -> Versioned | None:  # fmt: skip
         """Put `key` if its mod_revision is still `expected_mod_revision` (0: must not exist).
 
-        The new Versioned on success, None when the key had changed.
+        The new Versioned on success, None when the key had changed. Like any etcd put, it
+        binds the key to `lease`, or to none when `lease` is None.
         """
         full, lease_id = self._root + key, lease.id if lease else 0
         ok, responses = await self._txn(
