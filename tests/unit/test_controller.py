@@ -93,7 +93,7 @@ def cluster(
     c = Controller(ControllerSettings(unclean_leader_election_enable=unclean))
     etcd = FakeEtcd(c)
     for b in brokers or (1, 2, 3):
-        assert c.broker_registered(reg(b)) == []
+        assert c.broker_registered(reg(b), broker_epoch=10 * b) == []
     etcd.apply(c.became_controller(now_ms=0))
     etcd.apply(c.topic_changed(assignment or topic()))
     return c, etcd
@@ -250,24 +250,24 @@ def test_unclean_on_any_returning_replica_leads_an_offline_partition() -> None:
 
 def test_leader_restarted_within_its_lease_gets_a_new_leader_epoch() -> None:
     c, etcd = cluster()
-    [w] = etcd.apply(c.broker_registered(reg(1)))
+    [w] = etcd.apply(c.broker_registered(reg(1), broker_epoch=11))
     assert w.new_state == PartitionState(2, 1, (2, 3), 1)
     assert "restarted" in w.reason
 
 
 def test_broker_epoch_tells_a_restart_from_a_re_read() -> None:
     c, etcd = cluster()
-    [w] = etcd.apply(c.broker_registered(reg(2), broker_epoch=7))
+    assert c.broker_registered(reg(2), broker_epoch=20) == []  # the same put read again
+    assert c.broker_registered(reg(2)) == []  # no epoch: taken for a re-read
+    [w] = etcd.apply(c.broker_registered(reg(2), broker_epoch=27))
     assert w.new_state.isr == (1, 3)  # a restarted follower leaves the ISR
-    assert c.broker_registered(reg(2), broker_epoch=7) == []  # the same key read again
-    etcd.leader_sets_isr((1, 3, 2))
-    [w] = c.broker_registered(reg(2), broker_epoch=8)  # a new incarnation
-    assert w.new_state.isr == (1, 3)
+    assert "restarted" in w.reason
+    assert c.broker_registered(reg(2), broker_epoch=27) == []
 
 
 def test_sole_leader_restarted_leads_again_with_higher_epoch() -> None:
     c, etcd = cluster(1, assignment=topic(replicas=((1,),)))
-    [w] = etcd.apply(c.broker_registered(reg(1)))
+    [w] = etcd.apply(c.broker_registered(reg(1), broker_epoch=11))
     assert w.new_state.leader == 1
     assert w.new_state.leader_epoch == 2
 

@@ -328,17 +328,20 @@ class Controller:
     def broker_registered(
         self, reg: BrokerRegistration, broker_epoch: int | None = None
     ) -> list[PartitionWrite]:
-        """`brokers/<id>` was put; `broker_epoch` is the key's create_revision (Kafka's
-        broker epoch is its znode's czxid). A broker already registered under another epoch
-        (or with none given) restarted within its lease: as Kafka's bounced brokers, that is
-        a death then a return, so partitions it led get a new leader epoch. The same epoch
-        again is a re-read and changes nothing."""
+        """`brokers/<id>` was put; `broker_epoch` is the mod_revision of that put (each
+        broker start puts its key once; a watch resync reads the same revision again).
+
+        A live broker seen under a new epoch restarted within its lease: as Kafka's bounced
+        brokers, that is a death then a return, so it leaves ISRs and partitions it led get
+        a new leader epoch. Without epochs a registration of a live broker is a re-read.
+        """
         node = reg.node_id
-        bounced = node in self._brokers and (
-            broker_epoch is None or self._broker_epochs.get(node) != broker_epoch
+        known = self._broker_epochs.get(node)
+        bounced = (
+            node in self._brokers and None not in (known, broker_epoch) and known != broker_epoch
         )
         self._brokers[node] = reg
-        self._broker_epochs[node] = broker_epoch
+        self._broker_epochs[node] = known if broker_epoch is None else broker_epoch
         live = self.live_brokers
         passes = (live - {node}, live) if bounced else (live,)
         why = f"broker {node} {'restarted' if bounced else 'registered'}"
