@@ -826,12 +826,14 @@ class PartitionLog:
             snapshot.delete_after(self.directory, -1)
             self.producer_state.clear()
             self.producer_state.map_end_offset = offset
+            self._snapshot_floor = offset  # the cleaned range is gone
             self._add_segment(self._new_segment(offset))
             fsync_dir(self.directory)
         self.log_start_offset = offset
         self.recovery_point = offset
         self._snapshot_offset = offset
         self._unflushed_messages = 0
+        self.cleaner_checkpoint = offset  # nothing above it was cleaned
         self.leader_epoch_cache.clear(flush=False)
         self._flush_epochs()
         if self._replicated:
@@ -1267,6 +1269,7 @@ class PartitionLog:
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self.rebuild_producer_state()  # deletes the snapshots beyond the new end
         self.recovery_point = min(self.recovery_point, self.log_end_offset)
+        self.cleaner_checkpoint = min(self.cleaner_checkpoint, self.log_end_offset)
         if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
             self._flush_epochs()
         if self._replicated:
