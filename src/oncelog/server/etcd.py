@@ -277,10 +277,10 @@ class EtcdStore:
         self, what: str, compare: list[Any], success: list[Any], failure: list[Any],
         timeout_s: float | None,
     ) -> tuple[bool, list[Any]]:  # fmt: skip
-        def op(c: Any) -> Awaitable[tuple[bool, list[Any]]]:
-            return c.transaction(compare=compare, success=success, failure=failure)  # type: ignore[no-any-return]
-
-        return await self._call(what, op, timeout_s)
+        ok, responses = await self._call(
+            what, lambda c: c.transaction(compare, success, failure), timeout_s
+        )
+        return bool(ok), list(responses)
 
     async def get(self, key: bytes, *, timeout_s: float | None = None) -> Versioned | None:
         kv = await self._call("get", lambda c: c.get(self._root + key), timeout_s)
@@ -376,9 +376,8 @@ class EtcdStore:
 
         call = aetcd.rpc.WatchStub(client.channel).Watch(requests(), metadata=client.metadata)
         responses = call.__aiter__()
-        try:
-            first = await self._call("watch", lambda _: responses.__anext__(), timeout_s)
-            response = first
+        try:  # the first answer within the timeout: EtcdUnavailable; later breaks: WatchLost
+            response = await self._call("watch", lambda _: responses.__anext__(), timeout_s)
             while True:
                 if response.compact_revision or response.canceled:
                     raise WatchLost(f"etcd watch of {key!r} from {start_revision}: canceled, "
@@ -390,14 +389,11 @@ class EtcdStore:
                     )
                     yield WatchEvent(kind, bytes(ev.kv.key)[len(self._root) :],
                                      bytes(ev.kv.value), int(ev.kv.mod_revision))  # fmt: skip
-                try:
-                    response = await responses.__anext__()
-                except StopAsyncIteration:
-                    raise WatchLost(f"etcd watch of {key!r}: the stream ended") from None
-                except aetcd.rpc.AioRpcError as e:
-                    raise WatchLost(f"etcd watch of {key!r}: {e.details()}") from e
+                response = await responses.__anext__()
         except StopAsyncIteration:
             raise WatchLost(f"etcd watch of {key!r}: the stream ended") from None
+        except aetcd.rpc.AioRpcError as e:
+            raise WatchLost(f"etcd watch of {key!r}: {e.details()}") from e
         finally:
             call.cancel()
 
