@@ -63,13 +63,15 @@ class ReplicaManager:
         self.clock = clock
         self.metadata = MetadataImage.load_or_create(config.log_dirs[0], config.node_id)
         self.producer_tracker = ProducerTracker(config.get_int("producer.state.max.entries"))
+        #: In a cluster (etcd.connect set) roles come from etcd, producer ids from its blocks.
+        self.clustered = bool(config.get("etcd.connect"))
         self.logs = LogManager(
             config.log_dirs,
             clock,
             ProducerSettings(config.get_int("producer.id.expiration.ms"), self.producer_tracker),
+            # A replicated log's high watermark is its own state (checkpointed), never the end.
+            replication=self.clustered,
         )
-        #: In a cluster (etcd.connect set) roles come from etcd, producer ids from its blocks.
-        self.clustered = bool(config.get("etcd.connect"))
         self.producer_ids: ProducerIdManager | ProducerIdPool = (
             ProducerIdPool()
             if self.clustered

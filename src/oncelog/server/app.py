@@ -110,19 +110,9 @@ class BrokerServer:
             await loop.run_in_executor(None, self.groups.startup)
             await loop.run_in_executor(None, self.txns.startup)
         listener = self.config.listener
-        if self._sock is not None:
-            self._server = await loop.create_server(
-                self._new_connection, sock=self._sock, backlog=1024
-            )
-        else:
-            self._server = await loop.create_server(
-                self._new_connection,
-                listener.host,
-                listener.port,
-                reuse_address=True,
-                backlog=1024,
-            )
-        self.port = self._server.sockets[0].getsockname()[1]
+        if self._sock is None:
+            self._sock = bind_listener(listener)
+        self.port = self._sock.getsockname()[1]
         advertised = self.config.advertised_listener
         host = advertised.host if advertised else listener.host
         port = advertised.port if advertised and advertised.port else self.port
@@ -133,11 +123,15 @@ class BrokerServer:
             self.config, self.clock, self.replicas, node, self.groups, self.txns
         )
         if self.cluster is not None:
+            # Joined before serving: a client never sees a broker with an empty cluster view,
+            # and peers find it once it listens.
             context.cluster = self.cluster.view
             context.cluster_ops = self.cluster
-        self.dispatcher = Dispatcher(context)
-        if self.cluster is not None:
             await self.cluster.start(node)
+        self.dispatcher = Dispatcher(context)
+        self._server = await loop.create_server(
+            self._new_connection, sock=self._sock, backlog=1024
+        )
         self._schedule_group_timer()
         self._tasks = [
             asyncio.create_task(

@@ -239,7 +239,9 @@ class ClusterRuntime:
                 reg = cs.BrokerRegistration.from_bytes(event.value)
                 self.view.brokers[reg.node_id] = reg
                 self.fetcher.broker_changed()
-                return self.controller.broker_registered(reg)
+                # The registration's mod revision tells a restart from a re-read (Kafka's
+                # broker epoch): a bounced broker leaves the ISR like a dead one.
+                return self.controller.broker_registered(reg, broker_epoch=event.mod_revision)
             self.view.brokers.pop(key.node_id, None)
             return self.controller.broker_expired(key.node_id)
         if key.kind == cs.KeyKind.CONTROLLER:

@@ -1,0 +1,172 @@
+"""A real oncelog cluster for tests: one etcd and three broker processes on 127.0.0.1.
+
+Brokers keep their ports across restarts (clients and peers reconnect to the same address).
+`check_replicas_identical` is the end-of-test check every cluster test runs: once the ISR
+is whole again, every replica of every partition holds the same batches (offsets, leader
+epochs and CRCs) up to the high watermark.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from oncelog.protocol.records.batch import iter_batches
+from tests.broker_process import BrokerProcess
+from tests.etcd_server import EtcdServer
+
+#: Short timeouts so failures are seen in seconds, not Kafka's tens of seconds.
+FAST = {
+    "broker.session.timeout.ms": "3000",
+    "replica.lag.time.max.ms": "4000",
+    "replica.fetch.wait.max.ms": "200",
+    "replica.fetch.backoff.ms": "200",
+    "log.flush.offset.checkpoint.interval.ms": "2000",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Cluster:
+    def __init__(
+        self, base: Path, size: int = 3, overrides: dict[str, str] | None = None
+    ) -> None:
+        self.base = base
+        self.etcd = EtcdServer(base / "etcd")
+        self.overrides = {**FAST, **(overrides or {})}
+        self.brokers: dict[int, BrokerProcess] = {}
+        for node_id in range(1, size + 1):
+            broker = BrokerProcess(base / f"broker-{node_id}", {"node.id": str(node_id)})
+            broker.port = free_port()
+            self.brokers[node_id] = broker
+
+    def start(self) -> Cluster:
+        self.etcd.start()
+        for broker in self.brokers.values():
+            broker.overrides.update(self.overrides, **{"etcd.connect": self.etcd.endpoint})
+        threads = [threading.Thread(target=b.start) for b in self.brokers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        missing = [n for n, b in self.brokers.items() if not b.alive()]
+        if missing:
+            tails = "\n".join(self.brokers[n].log_tail() for n in missing)
+            raise RuntimeError(f"brokers {missing} did not start:\n{tails}")
+        return self
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            if broker.alive():
+                broker.kill()
+        self.etcd.close()
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers.values())
+
+    def admin(self) -> AdminClient:
+        return AdminClient({"bootstrap.servers": self.bootstrap})
+
+    def create_topic(
+        self, name: str, partitions: int = 3, rf: int = 3, configs: dict[str, str] | None = None
+    ) -> None:
+        admin = self.admin()  # kept alive until the futures resolve
+        futures = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})])
+        for future in futures.values():
+            future.result(15)
+        self.wait_for(lambda: all(p[0] >= 0 for p in self.partitions(name).values()), 15)
+
+    def partitions(self, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
+        """partition -> (leader, replicas, isr) from Metadata."""
+        md = self.admin().list_topics(topic, timeout=10)
+        t = md.topics.get(topic)
+        if t is None or t.error is not None:
+            return {}
+        return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
+
+    def leader(self, topic: str, partition: int) -> int:
+        return self.partitions(topic).get(partition, (-1, [], []))[0]
+
+    def wait_for(self, condition, timeout: float, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if condition():
+                    return
+            except Exception:  # metadata may fail while brokers restart
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+    def wait_isr_full(self, topic: str, timeout: float = 60) -> None:
+        def full() -> bool:
+            parts = self.partitions(topic)
+            return bool(parts) and all(
+                leader >= 0 and sorted(isr) == sorted(replicas)
+                for leader, replicas, isr in parts.values()
+            )
+
+        self.wait_for(full, timeout, f"the full ISR of {topic}")
+
+    # -- the replica check ---------------------------------------------------------------
+
+    def high_watermarks(self, topic: str) -> dict[int, int]:
+        consumer = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "hw-check"})
+        try:
+            return {
+                p: consumer.get_watermark_offsets(KafkaTopicPartition(topic, p), timeout=10)[1]
+                for p in self.partitions(topic)
+            }
+        finally:
+            consumer.close()
+
+    def replica_batches(
+        self, node_id: int, topic: str, partition: int
+    ) -> list[tuple[int, int, int, int]]:
+        """(base offset, last offset, partition leader epoch, crc) of the stored batches."""
+        directory = self.brokers[node_id].data_dir / f"{topic}-{partition}"
+        out = []
+        for log_file in sorted(directory.glob("*.log")):
+            for _, header in iter_batches(log_file.read_bytes()):
+                epoch = header.partition_leader_epoch
+                out.append((header.base_offset, header.last_offset, epoch, header.crc))
+        return out
+
+    def check_replicas_identical(self, topic: str, timeout: float = 60) -> None:
+        """Every replica equals the leader's batches below the high watermark."""
+        self.wait_isr_full(topic, timeout)
+        hws = self.high_watermarks(topic)
+        parts = self.partitions(topic)
+
+        def identical() -> bool:
+            for p, (_, replicas, _) in parts.items():
+                logs = {
+                    r: [b for b in self.replica_batches(r, topic, p) if b[1] < hws[p]]
+                    for r in replicas
+                }
+                first = logs[replicas[0]]
+                complete = bool(first) and first[-1][1] == hws[p] - 1
+                if hws[p] > 0 and not complete:
+                    return False
+                if any(batches != first for batches in logs.values()):
+                    return False
+            return True
+
+        self.wait_for(identical, timeout, f"identical replicas of {topic} up to {hws}")
+
+    def __enter__(self) -> Cluster:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
