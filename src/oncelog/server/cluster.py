@@ -49,6 +49,7 @@ from oncelog.metadata.controller import (
     isr_change,
 )
 from oncelog.metadata.producer_id_blocks import next_block
+from oncelog.server.cluster_admin import ClusterAdminOps
 from oncelog.server.etcd import (
     EtcdError,
     EtcdStore,
@@ -72,7 +73,7 @@ class ClusterStartError(Exception):
     """The broker cannot join the cluster; the message is the one line it prints."""
 
 
-class ClusterRuntime:
+class ClusterRuntime(ClusterAdminOps):
     def __init__(
         self,
         config: BrokerConfig,
