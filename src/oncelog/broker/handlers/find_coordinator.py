@@ -3,7 +3,8 @@
 Groups (key type 0) and transactional ids (key type 1) are coordinated by this node; the
 transaction log is created on the first transactional request. Other key types get
 INVALID_REQUEST. Advertising the API matters beyond groups: librdkafka enables lz4 only for
-brokers that list it.
+brokers that list it. In a cluster the coordinators are not offered yet
+(COORDINATOR_NOT_AVAILABLE).
 """
 
 from __future__ import annotations
@@ -19,6 +20,16 @@ _MESSAGE = "Unknown coordinator key type."
 
 
 def _answer(ctx: RequestContext, key_type: int) -> dict[str, Any]:
+    if key_type in (GROUP, TRANSACTION) and ctx.broker.cluster is not None:
+        # The coordinators do not run across brokers yet: clients retry, and say why.
+        return {
+            "node_id": -1,
+            "host": "",
+            "port": -1,
+            "error_code": ErrorCode.coordinator_not_available,
+            "error_message": "oncelog runs group and transaction coordinators on single-node "
+            "brokers only (not yet in a cluster)",
+        }
     if key_type in (GROUP, TRANSACTION):
         if key_type == TRANSACTION:
             ctx.broker.txns.ensure_topic()
