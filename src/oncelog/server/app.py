@@ -22,6 +22,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
+from typing import TYPE_CHECKING
 
 from oncelog.broker.context import BrokerContext, Node
 from oncelog.broker.dispatcher import Dispatcher
@@ -33,20 +34,19 @@ from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig, Listener
 from oncelog.errors import KafkaError
 from oncelog.server.cleaner_pool import new_pool, stop_pool
-from oncelog.server.cluster import ClusterRuntime, ClusterStartError
 from oncelog.server.connection import Connection
+from oncelog.server.startup import StartupError
 from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
+
+if TYPE_CHECKING:
+    from oncelog.server.cluster import ClusterRuntime
 
 log = logging.getLogger(__name__)
 
 CONNECTIONS_MAX_IDLE_MS = 600_000
 ROLLED_FLUSH_INTERVAL_S = 1.0
 EXIT_STARTUP_FAILED = 1
-
-
-class StartupError(Exception):
-    """The broker cannot start; the message is the one line it prints."""
 
 
 def bind_listener(listener: Listener) -> socket.socket:
@@ -87,9 +87,12 @@ class BrokerServer:
         self.txns = TxnRuntime(config, self.clock, self.replicas)
         self.replicas.txn_verifier = self.txns.coordinator.verify_partition
         self.txns.on_offsets_marker = self.groups.on_marker
-        #: A broker of an etcd cluster (etcd.connect set), else None: a single node.
+        #: A broker of an etcd cluster (etcd.connect set), else None: a single node, which
+        #: never imports the etcd client.
         self.cluster: ClusterRuntime | None = None
         if self.replicas.clustered:
+            from oncelog.server.cluster import ClusterRuntime
+
             self.cluster = ClusterRuntime(config, self.replicas, self._on_append)
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
@@ -348,7 +351,9 @@ def run(config: BrokerConfig) -> int:
         try:
             server = BrokerServer(config, sock=sock)
             port = await server.start()
-        except (OSError, ValueError, KafkaError, ClusterStartError) as exc:
+        except StartupError:
+            raise
+        except (OSError, ValueError, KafkaError) as exc:
             log.debug("start-up failed", exc_info=True)
             raise StartupError(f"start-up failed: {exc}") from exc
         except Exception as exc:

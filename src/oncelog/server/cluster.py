@@ -61,16 +61,13 @@ from oncelog.server.etcd import (
     parse_etcd_connect,
 )
 from oncelog.server.replica_fetcher import ReplicaFetcher
+from oncelog.server.startup import StartupError
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 CLUSTER_ID_KEY = b"cluster_id"
 RETRY_S = 0.5
-
-
-class ClusterStartError(Exception):
-    """The broker cannot join the cluster; the message is the one line it prints."""
 
 
 class ClusterRuntime(ClusterAdminOps):
@@ -122,7 +119,7 @@ class ClusterRuntime(ClusterAdminOps):
             await self._register(wait_s=self.session_s * 2 + 5)
             items, revision = await self.store.get_prefix(b"")
         except EtcdError as exc:
-            raise ClusterStartError(f"etcd at {self._where()}: {exc}") from exc
+            raise StartupError(f"etcd at {self._where()}: {exc}") from exc
         self._relisted(items)
         self._tasks = [
             asyncio.create_task(self._watch(revision + 1)),
@@ -147,7 +144,7 @@ class ClusterRuntime(ClusterAdminOps):
         await self.store.create(CLUSTER_ID_KEY, ours)
         got = await self.store.get(CLUSTER_ID_KEY)
         if got is None:
-            raise ClusterStartError("etcd lost the cluster id just written")
+            raise StartupError("etcd lost the cluster id just written")
         self.view.cluster_id = got.value.decode()
 
     async def _register(self, wait_s: float) -> None:
@@ -158,7 +155,7 @@ class ClusterRuntime(ClusterAdminOps):
         deadline = time.monotonic() + wait_s
         while not await self.store.create(key, self.registration.to_bytes(), lease=self.lease):
             if time.monotonic() > deadline:
-                raise ClusterStartError(
+                raise StartupError(
                     f"node.id {self.node_id} is registered in etcd by a live broker; "
                     "each broker needs its own node.id"
                 )
