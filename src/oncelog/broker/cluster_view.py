@@ -6,7 +6,7 @@ through `ClusterOps`, whose answer arrives later (`PendingOp`, completed by the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -42,6 +42,30 @@ class ClusterOps(Protocol):
 
     def random_placement(self) -> tuple[int, int]:
         """The round robin's start index and replica shift for a new topic."""
+        ...
+
+    def delete_topic_atomically(self, name: str) -> PendingOp:
+        """Delete the topic and its partition states in one etcd transaction
+        (UNKNOWN_TOPIC_OR_PARTITION in the op if it is gone by then)."""
+        ...
+
+    def create_partitions(
+        self,
+        name: str,
+        total: int,
+        manual: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> PendingOp:
+        """Grow a topic to `total` partitions; raises the KafkaError Kafka would answer
+        (UNKNOWN_TOPIC_OR_PARTITION, INVALID_PARTITIONS, INVALID_REQUEST for a bad manual
+        assignment, INVALID_REPLICATION_FACTOR) before writing anything."""
+        ...
+
+    def elect_leaders(
+        self, partitions: Iterable[TopicPartition] | None, preferred: bool
+    ) -> tuple[dict[TopicPartition, KafkaError | None], PendingOp] | None:
+        """ElectLeaders on the active controller (None elsewhere): each partition's outcome
+        (final once the op is done) and the op. `partitions=None`: all of them."""
         ...
 
 

@@ -23,15 +23,18 @@ from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     api_versions,
+    create_partitions,
     create_topics,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_cluster,
     describe_configs,
     describe_groups,
     describe_log_dirs,
     describe_producers,
     describe_transactions,
+    elect_leaders,
     end_txn,
     fetch,
     find_coordinator,
@@ -101,6 +104,9 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_GROUPS: describe_groups.handle,
     ApiKey.LIST_GROUPS: list_groups.handle,
     ApiKey.DELETE_GROUPS: delete_groups.handle,
+    ApiKey.CREATE_PARTITIONS: create_partitions.handle,
+    ApiKey.ELECT_LEADERS: elect_leaders.handle,
+    ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
 }
 
 

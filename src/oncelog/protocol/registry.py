@@ -36,6 +36,9 @@ class ApiKey(IntEnum):
     OFFSET_FOR_LEADER_EPOCH = 23
     DESCRIBE_CONFIGS = 32
     DESCRIBE_LOG_DIRS = 35
+    CREATE_PARTITIONS = 37
+    ELECT_LEADERS = 43
+    DESCRIBE_CLUSTER = 60
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
@@ -77,6 +80,12 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     # v0 is not in kio (Kafka 4 dropped it too); v5 (KIP-1066 cordoned dirs) is not offered.
     ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
     ApiKey.DELETE_GROUPS: (0, 2),
+    ApiKey.CREATE_PARTITIONS: (0, 3),
+    # v0 has no election type (preferred only); v1 adds it and the top-level error code.
+    ApiKey.ELECT_LEADERS: (0, 2),
+    # v1 adds endpoint_type (brokers only; controllers: UNSUPPORTED_ENDPOINT_TYPE), v2
+    # include_fenced_brokers (no broker is ever fenced).
+    ApiKey.DESCRIBE_CLUSTER: (0, 2),
 }
 
 

@@ -1,24 +1,69 @@
-"""DeleteTopics (20): remove topics and their partition directories."""
+"""DeleteTopics (20): remove topics and their partition directories.
+
+A single node deletes the logs at once. In a cluster the topic and its partition states are
+deleted from etcd in one transaction and the answer waits for that write (REQUEST_TIMED_OUT
+after the request's timeout); every broker's watch then removes its replicas' logs. Either
+way: UNKNOWN_TOPIC_OR_PARTITION for a topic that does not exist, INVALID_REQUEST for an
+internal topic, TOPIC_DELETION_DISABLED when `delete.topic.enable` is false.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.context import RequestContext
-from oncelog.errors import ErrorCode, KafkaError
+from oncelog.broker.purgatory import Delayed
+from oncelog.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     responses = []
+    pending: list[tuple[dict[str, Any], PendingOp]] = []
     delete_enabled = ctx.broker.config.get("delete.topic.enable")
     for name in request.topic_names:
         entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
+        responses.append(entry)
         if not delete_enabled:
             entry.update(error_code=ErrorCode.topic_deletion_disabled)
-        else:
-            try:
+            continue
+        try:
+            if ctx.broker.cluster_ops is not None:
+                pending.append((entry, _delete_in_cluster(ctx, name)))
+            else:
                 ctx.broker.replicas.delete_topic(name)
-            except KafkaError as exc:
-                entry.update(error_code=exc.code, error_message=str(exc))
-        responses.append(entry)
-    return {"throttle_time": 0, "responses": responses}
+        except KafkaError as exc:
+            entry.update(error_code=exc.code, error_message=str(exc))
+    response = {"throttle_time": 0, "responses": responses}
+    if not pending:
+        return response
+
+    def attempt(force: bool) -> dict[str, Any] | None:
+        if not force and not all(op.done for _, op in pending):
+            return None
+        for entry, op in pending:
+            if op.error is not None:
+                entry.update(error_code=op.error.code, error_message=str(op.error))
+            elif not op.done:
+                entry.update(
+                    error_code=ErrorCode.request_timed_out,
+                    error_message="etcd did not confirm the deletion in time",
+                )
+        return response
+
+    timeout_ms = max(int(request.timeout.total_seconds() * 1000), 1)
+    return Delayed(
+        attempt, ctx.broker.clock.monotonic_ms() + timeout_ms, tuple(op.key for _, op in pending)
+    )
+
+
+def _delete_in_cluster(ctx: RequestContext, name: str) -> PendingOp:
+    cluster, ops = ctx.broker.cluster, ctx.broker.cluster_ops
+    assert cluster is not None and ops is not None
+    local = ctx.broker.replicas.topic(name)
+    assignment = cluster.topics.get(name)
+    if (local is not None and local.internal) or (assignment is not None and assignment.internal):
+        raise InvalidRequest(f"Topic {name} is internal and cannot be deleted")
+    if assignment is None:
+        raise UnknownTopicOrPartition(f"Topic {name} does not exist")
+    return ops.delete_topic_atomically(name)
