@@ -1,8 +1,12 @@
-"""`oncelog topics create | list | describe | delete`, modelled on `kafka-topics.sh`.
+"""`oncelog topics create | list | describe | alter | delete`, modelled on `kafka-topics.sh`.
 
 Built on confluent-kafka's admin client, so it works against Apache Kafka as well. Partition
 sizes and the log cleaner's state come from one DescribeLogDirs request per broker
 (`oncelog.client`); the cleaner's fields are oncelog's tags, `-` against Apache Kafka.
+`describe` adds `Offline: ...` to a partition with replicas on brokers that are not alive,
+and, like Kafka's, `--under-replicated-partitions` / `--unavailable-partitions` print only
+the partitions whose ISR is smaller than their replicas / that have no live leader.
+librdkafka's own log lines are silenced: an unreachable broker is one `Error:` line.
 """
 
 from __future__ import annotations
@@ -43,6 +47,13 @@ def add_parsers(sub: Any) -> None:
         help="copies of each partition (default: the broker's default.replication.factor)",
     )
     create.add_argument(
+        "--replica-assignment",
+        metavar="B:B,B:B",
+        help="explicit replicas, Kafka's syntax: partitions by commas, brokers by colons "
+        "(preferred leader first), e.g. 1:2:3,2:3:1; excludes --partitions and "
+        "--replication-factor",
+    )
+    create.add_argument(
         "--config",
         action="append",
         default=[],
@@ -54,12 +65,32 @@ def add_parsers(sub: Any) -> None:
         "describe", help="id, partitions, replication factor, configs and leaders of topics"
     )
     describe.add_argument("topic", nargs="*", help="topics to describe (default: all)")
+    describe.add_argument(
+        "--under-replicated-partitions",
+        action="store_true",
+        help="only partitions whose ISR is smaller than their replicas",
+    )
+    describe.add_argument(
+        "--unavailable-partitions",
+        action="store_true",
+        help="only partitions without a live leader",
+    )
     for p in (listing, describe):
         p.add_argument(
             "--exclude-internal",
             action="store_true",
             help="leave out internal topics (__consumer_offsets, __transaction_state)",
         )
+    alter = actions.add_parser("alter", help="add partitions to a topic")
+    alter.add_argument("topic", help="the topic's name")
+    alter.add_argument(
+        "--partitions", type=int, required=True, help="the new, larger, partition count"
+    )
+    alter.add_argument(
+        "--replica-assignment",
+        metavar="B:B,B:B",
+        help="replicas of the added partitions only, e.g. 1:2:3,2:3:1",
+    )
     delete = actions.add_parser("delete", help="delete topics")
     delete.add_argument("topic", nargs="+", help="topics to delete")
     for p in actions.choices.values():
@@ -76,18 +107,62 @@ def pairs(items: list[str]) -> dict[str, str]:
     return out
 
 
+def replica_assignment(text: str) -> list[list[int]]:
+    """Kafka's `--replica-assignment`: `1:2:3,2:3:1` (ValueError if malformed)."""
+    try:
+        out = [[int(b) for b in part.split(":")] for part in text.split(",")]
+    except ValueError:
+        raise ValueError(f"bad --replica-assignment {text!r}: expected e.g. 1:2:3,2:3:1") from None
+    return out
+
+
+def admin_client(bootstrap: str) -> Any:
+    """confluent-kafka's AdminClient without librdkafka's own log lines on stderr (a down
+    broker would print one per reconnect); failures reach the caller as errors instead."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+
+
 @exits_quietly
 def run_topics(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.admin import NewPartitions, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": args.bootstrap_server})
+    admin = admin_client(args.bootstrap_server)
     try:
         if args.action == "create":
-            topic = NewTopic(
-                args.topic, args.partitions, args.replication_factor, config=pairs(args.config)
-            )
+            configs = pairs(args.config)
+            if args.replica_assignment:
+                if args.partitions != -1 or args.replication_factor != -1:
+                    return fail(
+                        "--replica-assignment excludes --partitions and --replication-factor", 2
+                    )
+                try:
+                    manual = replica_assignment(args.replica_assignment)
+                except ValueError as exc:
+                    return fail(str(exc), 2)
+                topic = NewTopic(args.topic, -1, -1, replica_assignment=manual, config=configs)
+            else:
+                topic = NewTopic(
+                    args.topic, args.partitions, args.replication_factor, config=configs
+                )
             return _wait(admin.create_topics([topic]), "Created topic")
+        if args.action == "alter":
+            try:
+                added = (
+                    replica_assignment(args.replica_assignment)
+                    if args.replica_assignment
+                    else None
+                )
+            except ValueError as exc:
+                return fail(str(exc), 2)
+            grow = (
+                NewPartitions(args.topic, args.partitions, added)
+                if added
+                else NewPartitions(args.topic, args.partitions)
+            )
+            return _wait(admin.create_partitions([grow]), "Altered topic")
         if args.action == "delete":
             return _wait(admin.delete_topics(args.topic), "Deleted topic")
         if args.action == "list":
@@ -119,6 +194,8 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
     names = args.topic or _names(admin, exclude_internal=False)
     if not names:
         return 0
+    live = set(admin.list_topics(timeout=TIMEOUT_S).brokers)
+    filtered = args.under_replicated_partitions or args.unavailable_partitions
     descriptions = admin.describe_topics(TopicCollection(names))
     configs = admin.describe_configs([ConfigResource("topic", n) for n in names])
     config_of = {resource.name: future for resource, future in configs.items()}
@@ -135,6 +212,12 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
             continue
         if args.exclude_internal and topic.is_internal:
             continue
+        partitions = sorted(topic.partitions, key=lambda p: p.id)
+        if filtered:
+            for p in partitions:
+                if _selected(p, live, args):
+                    print(_partition_line(name, p, live))
+            continue
         try:
             entries = config_of[name].result(TIMEOUT_S).values()
             overrides = ",".join(f"{e.name}={e.value}" for e in entries if not e.is_default)
@@ -143,7 +226,6 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         except (KafkaException, TimeoutError) as exc:
             status = fail(f"configs of topic '{name}': {describe_error(exc) or 'no answer'}")
             overrides, compacted = "", False
-        partitions = sorted(topic.partitions, key=lambda p: p.id)
         replication = len(partitions[0].replicas) if partitions else 0
         print(
             f"Topic: {name}\tTopicId: {kafka_uuid(str(topic.topic_id))}\t"
@@ -151,15 +233,46 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
             f"Configs: {overrides}"
         )
         for p in partitions:
-            leader = "none" if p.leader is None or p.leader.id < 0 else str(p.leader.id)
-            replicas = ",".join(str(n.id) for n in p.replicas)
-            isr = ",".join(str(n.id) for n in p.isr)
             print(
-                f"\tTopic: {name}\tPartition: {p.id}\tLeader: {leader}\t"
-                f"Replicas: {replicas}\tIsr: {isr}"
+                _partition_line(name, p, live)
                 + _storage(log_dirs.get(TopicPartition(name, p.id)), compacted)
             )
     return status
+
+
+def has_leader(p: Any, live: set[int]) -> bool:
+    """Kafka's check: a leader is named and its broker is alive."""
+    return p.leader is not None and p.leader.id >= 0 and p.leader.id in live
+
+
+def _selected(p: Any, live: set[int], args: argparse.Namespace) -> bool:
+    under = len(p.isr) < len(p.replicas)
+    return bool(
+        (args.under_replicated_partitions and under)
+        or (args.unavailable_partitions and not has_leader(p, live))
+    )
+
+
+def partition_line(topic: str, partition: int, leader: int, replicas: list[int],
+                   isr: list[int], live: set[int]) -> str:  # fmt: skip
+    """`kafka-topics.sh --describe`'s line of a partition, `Offline:` when a replica's
+    broker is not alive."""
+    shown = str(leader) if leader >= 0 else "none"
+    line = (
+        f"\tTopic: {topic}\tPartition: {partition}\tLeader: {shown}\t"
+        f"Replicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
+    )
+    offline = [r for r in replicas if r not in live]
+    if offline:
+        line += f"\tOffline: {','.join(map(str, offline))}"
+    return line
+
+
+def _partition_line(name: str, p: Any, live: set[int]) -> str:
+    leader = p.leader.id if p.leader is not None else -1
+    return partition_line(
+        name, p.id, leader, [n.id for n in p.replicas], [n.id for n in p.isr], live
+    )
 
 
 def _log_dirs(bootstrap: str, names: list[str]) -> dict[TopicPartition, LogDirInfo]:
