@@ -68,6 +68,7 @@ from oncelog.protocol.codec import (
 )
 from oncelog.protocol.headers import HeaderError, parse_request_header, peek_ids
 from oncelog.protocol.registry import ApiKey, is_supported, supported_range
+from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +137,11 @@ class Pending:
 Outcome = Reply | NoReply | Close | Pending
 
 
+#: How long an answer waits for its coordinator records to be replicated (Kafka's
+#: offsets.commit.timeout.ms default).
+COORDINATOR_WRITE_TIMEOUT_MS = 5_000
+
+
 class Dispatcher:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
@@ -168,6 +174,8 @@ class Dispatcher:
             self.broker,
             client_host,
         )
+        replicas = self.broker.replicas
+        replicas.coordinator_writes.clear()  # timers' writes are nobody's to wait for
         try:
             answer = HANDLERS[ApiKey(api_key)](ctx, request)
         except CloseConnection as exc:
@@ -178,9 +186,39 @@ class Dispatcher:
         if answer is NO_RESPONSE:
             return NoReply()
         finish = _finisher(api_key, version, correlation_id, self.broker.metrics)
+        if replicas.coordinator_writes and not isinstance(answer, Delayed):
+            answer = self._after_replication(answer, list(replicas.coordinator_writes))
+            if isinstance(answer, CloseConnection):
+                return Close(str(answer))
         if isinstance(answer, Delayed):
             return Pending(answer, finish)
         return Reply(finish(answer))
+
+    def _after_replication(
+        self, answer: Any, writes: list[tuple[TopicPartition, int, int]]
+    ) -> Any:
+        """Hold `answer` until the coordinator records it depends on are replicated (the HW
+        covers them). If the leadership moves or they are not replicated in time, the
+        connection is closed instead: the client retries with the new coordinator, and never
+        hears success for a record a failover may lose."""
+        replicas = self.broker.replicas
+
+        def attempt(force: bool) -> Any:
+            for tp, required, epoch in writes:
+                replica = replicas.replicas_by_tp.get(tp)
+                if replica is None or replica.leader is None or replica.leader_epoch != epoch:
+                    return CloseConnection(f"{tp}: leadership moved before replication")
+                if replica.log.high_watermark < required:
+                    if force:
+                        return CloseConnection(f"{tp}: coordinator records not replicated")
+                    return None
+            return answer
+
+        ready = attempt(False)
+        if ready is not None:
+            return ready
+        deadline = self.broker.clock.monotonic_ms() + COORDINATOR_WRITE_TIMEOUT_MS
+        return Delayed(attempt, deadline, tuple(tp for tp, _, _ in writes))
 
 
 def _finisher(

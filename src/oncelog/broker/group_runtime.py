@@ -66,6 +66,10 @@ class GroupRuntime:
             max_metadata_bytes=config.get_int("offset.metadata.max.bytes"),
         )
         self.coordinator = GroupCoordinator(settings, clock)
+        self.clustered = replicas.clustered
+        if self.clustered:
+            # Each broker coordinates the groups of the offsets partitions it leads.
+            self.coordinator.own_partitions()
         testing_ms = config.get_int("oncelog.testing.offsets.retention.ms")
         self.retention_ms = (
             testing_ms if testing_ms >= 0 else config.get_int("offsets.retention.minutes") * 60_000
@@ -104,9 +108,27 @@ class GroupRuntime:
                 OFFSETS_TOPIC,
             )
 
+    def on_leadership(self, tp: TopicPartition, leader: bool) -> None:
+        """A cluster moved the leadership of an offsets partition: load its groups when this
+        broker became its leader (the coordinator of its groups), drop them otherwise."""
+        if tp.topic != OFFSETS_TOPIC:
+            return
+        topic = self.replicas.topic(OFFSETS_TOPIC)
+        if topic is not None and topic.partitions != self.coordinator.settings.partitions:
+            self.coordinator.settings = replace(
+                self.coordinator.settings, partitions=topic.partitions
+            )
+        self.coordinator.unload(tp.partition)
+        if leader:
+            count = self._load(tp)
+            self.coordinator.loaded(tp.partition)
+            log.info("coordinating the groups of %s (%d records loaded)", tp, count)
+        self.after_operation()
+
     def _load(self, tp: TopicPartition) -> int:
         count = 0
-        for entry in read_entries(self.replicas.partition(tp), decode_entries):
+        plog = self.replicas.partition(tp)
+        for entry in read_entries(plog, decode_entries, to_log_end=self.clustered):
             if isinstance(entry, TxnEnd):
                 self.coordinator.complete_txn_offsets(entry.producer_id, tp.partition, entry.commit)
             else:

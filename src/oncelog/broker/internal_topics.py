@@ -38,7 +38,10 @@ READ_CHUNK = 1 << 20
 
 
 def read_entries(
-    plog: PartitionLog, decode: Callable[[bytes | memoryview], tuple[list[T], int]]
+    plog: PartitionLog,
+    decode: Callable[[bytes | memoryview], tuple[list[T], int]],
+    *,
+    to_log_end: bool = False,
 ) -> Iterator[T]:
     """Every entry `decode` finds in the partition, from its start to the high watermark,
     as a cleaning would leave the log (`read_latest`): a record superseded by a later one of
@@ -46,9 +49,10 @@ def read_entries(
     caught up with (the active segment is never cleaned).
 
     A batch that cannot be decoded stops the replay there (logged): later entries would be
-    applied on top of a gap.
+    applied on top of a gap. `to_log_end`: past the high watermark to the log end (a new
+    leader's load, see `read_latest`).
     """
-    for data in read_latest(plog, READ_CHUNK):
+    for data in read_latest(plog, READ_CHUNK, to_log_end=to_log_end):
         entries, next_offset = decode(data)
         if next_offset < 0:
             log.error("%s: cannot decode stored batches; stop loading", plog.tp)

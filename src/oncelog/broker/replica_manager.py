@@ -28,6 +28,7 @@ from oncelog.errors import (
     InvalidRequest,
     InvalidTxnState,
     KafkaStorageError,
+    NotEnoughReplicas,
     NotLeaderOrFollower,
     TopicAlreadyExists,
     UnknownLeaderEpoch,
@@ -84,6 +85,10 @@ class ReplicaManager:
         self.append_listener: Callable[[list[TopicPartition]], None] = lambda _: None
         #: In a cluster: this broker's replica of each partition it holds (else empty).
         self.replicas_by_tp: dict[TopicPartition, Partition] = {}
+        #: In a cluster: (partition, offset its HW must reach, leader epoch) of coordinator
+        #: records appended by the request being handled; the dispatcher holds the answer
+        #: until they are replicated (Kafka's coordinators append with acks=all).
+        self.coordinator_writes: list[tuple[TopicPartition, int, int]] = []
         #: Called with (partition, proposed ISR) when a leader wants an ISR change written.
         self.isr_change_listener: Callable[[Partition, frozenset[int]], None] = (
             lambda _p, _isr: None
@@ -226,7 +231,13 @@ class ReplicaManager:
         plog = self.partition(tp)
         leader_epoch = LEADER_EPOCH
         if self.clustered:
-            leader_epoch = self.cluster_partition(tp).check_leader().leader_epoch
+            leader = self.cluster_partition(tp).check_leader()
+            leader_epoch = leader.leader_epoch
+            if coordinator and leader.under_min_isr(plog.config.min_insync_replicas):
+                raise NotEnoughReplicas(
+                    f"{tp}: ISR {sorted(leader.isr)} is smaller than min.insync.replicas "
+                    f"{plog.config.min_insync_replicas}"
+                )
         validated = validate_produce_records(
             records,
             plog.config.max_message_bytes,
@@ -248,6 +259,8 @@ class ReplicaManager:
         if self.clustered:
             # An ISR of the leader alone commits at once.
             self.replicas_by_tp[tp].maybe_advance_high_watermark()
+            if coordinator:
+                self.coordinator_writes.append((tp, info.last_offset + 1, leader_epoch))
         return info
 
     def _verify_transactional(self, tp: TopicPartition, producer_id: int, epoch: int) -> None:

@@ -94,6 +94,7 @@ class BrokerServer:
             from oncelog.server.cluster import ClusterRuntime
 
             self.cluster = ClusterRuntime(config, self.replicas, self._on_append)
+            self.cluster.leadership_listener = self.groups.on_leadership
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
         self.connections: set[Connection] = set()

@@ -108,6 +108,9 @@ class ClusterRuntime(ClusterAdminOps):
         self._tasks: list[asyncio.Task[None]] = []
         self._versions: dict[bytes, Versioned] = {}
         self._recompute = asyncio.Event()
+        #: Told when this broker starts or stops leading a partition (the coordinators load
+        #: and unload their internal partitions on it).
+        self.leadership_listener: Callable[[TopicPartition, bool], None] = lambda _tp, _l: None
 
     # -- 1. start ---------------------------------------------------------------------------
 
@@ -258,6 +261,7 @@ class ClusterRuntime(ClusterAdminOps):
             for tp in [tp for tp in self.view.partitions if tp.topic == name]:
                 del self.view.partitions[tp]
                 self.fetcher.unfollow(tp)
+                self.leadership_listener(tp, False)
             self.replicas.remove_topic(name)
             return self.controller.topic_deleted(name)
         assignment = cs.TopicAssignment.from_bytes(event.value)
@@ -311,6 +315,7 @@ class ClusterRuntime(ClusterAdminOps):
         elif change in (Change.BECAME_LEADER, Change.STOPPED):
             self.fetcher.unfollow(tp)
         if change in (Change.BECAME_LEADER, Change.STOPPED, Change.BECAME_FOLLOWER):
+            self.leadership_listener(tp, change == Change.BECAME_LEADER)
             self.wake([tp])  # waiting produce/fetch requests see the new role
 
     def _address_of(self, node_id: int) -> tuple[str, int] | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import Any, cast
 
 from oncelog.broker.dispatcher import Close, Dispatcher, NoReply, Pending, Reply
+from oncelog.broker.handlers import CloseConnection
 from oncelog.broker.purgatory import Delayed
 from oncelog.protocol.codec import Buffer
 from oncelog.protocol.framing import FrameDecoder, FrameError
@@ -112,6 +113,9 @@ class Connection(asyncio.Protocol):
             if self._waiting is not delayed:
                 return
             self._waiting = None
+            if isinstance(response, CloseConnection):
+                self.close(str(response))
+                return
             if not self.closed:
                 self._send(pending.finish(response))
                 self._drain_queue()

@@ -35,22 +35,28 @@ except ImportError:  # the C extension is optional
     _speedups = None
 
 
-def read_latest(plog: PartitionLog, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+def read_latest(
+    plog: PartitionLog, chunk_bytes: int = 1 << 20, *, to_log_end: bool = False
+) -> Iterator[bytes]:
     """The log's batches up to the high watermark, with what a cleaning would remove left
     out: records whose key has a later record (not of an aborted transaction) below the last
     stable offset, and aborted transactions' data. Markers, tombstones and everything at or
     above the last stable offset pass; offsets are kept. Replaying this gives a coordinator
     the same state as replaying every record (it must, since the cleaner does the same on
-    disk)."""
+    disk).
+
+    `to_log_end`: up to the log end instead (a coordinator loading on a new leader, whose
+    high watermark may lag what its followers already acknowledged; its whole log becomes
+    the partition's history)."""
     if _speedups is None:
-        yield from read_latest_python(plog, chunk_bytes)
+        yield from read_latest_python(plog, chunk_bytes, to_log_end=to_log_end)
         return
-    stable = plog.last_stable_offset
+    end, stable = _bounds(plog, to_log_end)
     start = plog.log_start_offset
     aborted = [t for s in plog.segments for t in s.txn_index.entries]
     latest, dead = _collect(plog, start, stable, aborted, chunk_bytes)
-    for data in _chunks(plog, start, plog.high_watermark, chunk_bytes):
-        items, _, _, _ = _speedups.select_latest(data, stable, plog.high_watermark, latest, dead)
+    for data in _chunks(plog, start, end, chunk_bytes):
+        items, _, _, _ = _speedups.select_latest(data, stable, end, latest, dead)
         view = memoryview(data)
         out: list[bytes | memoryview] = []
         for pos, size, whole in items:
@@ -120,11 +126,21 @@ def _key(body: bytes, rec: _Record) -> bytes:
     return body[rec.key_start : rec.key_start + rec.key_length]
 
 
+def _bounds(plog: PartitionLog, to_log_end: bool) -> tuple[int, int]:
+    """(where reading ends, the last stable offset below it)."""
+    if not to_log_end:
+        return plog.high_watermark, plog.last_stable_offset
+    end = plog.log_end_offset
+    first_unstable = plog.producer_state.first_unstable_offset()
+    return end, end if first_unstable is None else min(first_unstable, end)
+
+
 def _chunks(plog: PartitionLog, start: int, upper: int, chunk_bytes: int) -> Iterator[bytes]:
     """Whole batches from `start` to below `upper`, about `chunk_bytes` at a time."""
     offset = start
+    beyond_hw = upper > plog.high_watermark
     while offset < upper:
-        data = bytes(plog.read(offset, chunk_bytes, upper).records)
+        data = bytes(plog.read(offset, chunk_bytes, upper, for_follower=beyond_hw).records)
         _, next_offset = span_batches(data)
         if next_offset < 0:
             return
@@ -135,14 +151,16 @@ def _chunks(plog: PartitionLog, start: int, upper: int, chunk_bytes: int) -> Ite
 # -- the reference ------------------------------------------------------------------------------
 
 
-def read_latest_python(plog: PartitionLog, chunk_bytes: int = 1 << 20) -> Iterator[bytes]:
+def read_latest_python(
+    plog: PartitionLog, chunk_bytes: int = 1 << 20, *, to_log_end: bool = False
+) -> Iterator[bytes]:
     """`read_latest` batch by batch in Python (key digests in the map)."""
-    stable = plog.last_stable_offset
+    end, stable = _bounds(plog, to_log_end)
     start = plog.log_start_offset
     aborted = [t for s in plog.segments for t in s.txn_index.entries]
     latest = _latest_digests(plog, start, stable, aborted, chunk_bytes)
     txns = _Transactions(aborted)
-    for data in _chunks(plog, start, plog.high_watermark, chunk_bytes):
+    for data in _chunks(plog, start, end, chunk_bytes):
         out: list[bytes | memoryview] = []
         view = memoryview(data)
         for pos, header in iter_batches(data):

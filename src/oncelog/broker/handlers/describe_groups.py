@@ -28,7 +28,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             "members": [],
             "authorized_operations": OPERATIONS_NOT_REQUESTED,
         }
-        if group is not None:
+        if not coordinator.owns(group_id):
+            entry["error_code"] = ErrorCode.not_coordinator
+        elif group is not None:
             stable = group.state is GroupState.STABLE
             entry.update(
                 group_state=group.state.value,

@@ -21,6 +21,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     wanted = None
     if request.topics is not None:
         wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
+    if not coordinator.owns(request.group_id):
+        return _not_coordinator(wanted or [])
     found = coordinator.fetch_offsets(request.group_id, wanted)
     unstable = set()
     if getattr(request, "require_stable", False):
@@ -42,5 +44,25 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
+        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
+    }
+
+
+def _not_coordinator(wanted: list[TopicPartition]) -> dict[str, Any]:
+    """Another broker coordinates the group (v1 has only per-partition error codes)."""
+    topics: dict[str, list[dict[str, Any]]] = {}
+    for tp in wanted:
+        topics.setdefault(tp.topic, []).append(
+            {
+                "partition_index": tp.partition,
+                "committed_offset": -1,
+                "committed_leader_epoch": -1,
+                "metadata": "",
+                "error_code": ErrorCode.not_coordinator,
+            }
+        )
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.not_coordinator,
         "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
     }

@@ -122,9 +122,38 @@ class GroupCoordinator:
         #: committed transaction's offset is newer than a plain commit of the same partition.
         self._position = 0
         self._new_member_id = new_member_id or (lambda prefix: f"{prefix}-{uuid.uuid4()}")
+        #: The `__consumer_offsets` partitions this coordinator owns (leads and has loaded);
+        #: None: all of them (a single node). Groups of other partitions get NOT_COORDINATOR.
+        self.owned: set[int] | None = None
 
     def partition_for(self, group_id: str) -> int:
         return partition_for(group_id, self.settings.partitions)
+
+    # == Ownership (a cluster: the leader of a group's partition is its coordinator) ===========
+
+    def owns(self, group_id: str) -> bool:
+        return self.owned is None or self.partition_for(group_id) in self.owned
+
+    def own_partitions(self) -> None:
+        """From now on only partitions given to `loaded` are served (cluster mode)."""
+        if self.owned is None:
+            self.owned = set()
+
+    def loaded(self, partition: int) -> None:
+        """Partition `partition` was replayed: its groups are served from now on."""
+        if self.owned is not None:
+            self.owned.add(partition)
+
+    def unload(self, partition: int) -> None:
+        """This broker no longer leads `partition`: forget its groups; waiting members are
+        answered NOT_COORDINATOR and find the new coordinator."""
+        if self.owned is not None:
+            self.owned.discard(partition)
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            for member_id in list(group.members):
+                self._remove_member(group, member_id, E.not_coordinator)
+            self._woken.add(group_id)
 
     def take_woken(self) -> set[str]:
         woken, self._woken = self._woken, set()
@@ -136,6 +165,8 @@ class GroupCoordinator:
         s = self.settings
         if not req.group_id:
             return Result(join_error(E.invalid_group_id, req.member_id))
+        if not self.owns(req.group_id):
+            return Result(join_error(E.not_coordinator, req.member_id))
         if not s.min_session_timeout_ms <= req.session_timeout_ms <= s.max_session_timeout_ms:
             return Result(join_error(E.invalid_session_timeout, req.member_id))
         group = self.groups.get(req.group_id)
@@ -361,6 +392,8 @@ class GroupCoordinator:
         protocol_name: str | None,
         assignments: dict[str, bytes],
     ) -> Result:
+        if not self.owns(group_id):
+            return Result(sync_reply(E.not_coordinator))
         group = self.groups.get(group_id)
         code = self._check_member(group, generation, member_id, instance_id)
         if group is None or code is not E.none:
@@ -418,6 +451,8 @@ class GroupCoordinator:
     def heartbeat(
         self, group_id: str, generation: int, member_id: str, instance_id: str | None
     ) -> ErrorCode:
+        if not self.owns(group_id):
+            return E.not_coordinator
         group = self.groups.get(group_id)
         code = self._check_member(group, generation, member_id, instance_id)
         if group is None or code is not E.none:
@@ -430,6 +465,8 @@ class GroupCoordinator:
     def leave(self, group_id: str, members: list[tuple[str, str | None]]) -> Result:
         """Remove members (by member id, or by instance id for static members); the response
         is one error code per member, in request order."""
+        if not self.owns(group_id):
+            return Result([E.not_coordinator for _ in members])
         group = self.groups.get(group_id)
         if group is None or group.in_state(S.DEAD):
             code = E.unknown_member_id if group is None else E.coordinator_not_available
@@ -506,6 +543,8 @@ class GroupCoordinator:
     ) -> ErrorCode:
         if not group_id:
             return E.invalid_group_id
+        if not self.owns(group_id):
+            return E.not_coordinator
         group = self.groups.get(group_id)
         if group is None:
             # No group management: a simple consumer commits with generation -1.
@@ -550,6 +589,8 @@ class GroupCoordinator:
         producer outside group management, accepted. A rebalance in progress is no error."""
         if not group_id:
             return E.invalid_group_id
+        if not self.owns(group_id):
+            return E.not_coordinator
         group = self.groups.get(group_id) or Group(group_id)
         if group.in_state(S.DEAD):
             return E.coordinator_not_available
@@ -592,7 +633,9 @@ class GroupCoordinator:
         records: list[GroupRecord] = []
         for group_id in group_ids:
             group = self.groups.get(group_id)
-            if group is None or group.in_state(S.DEAD):
+            if not self.owns(group_id):
+                codes[group_id] = E.not_coordinator
+            elif group is None or group.in_state(S.DEAD):
                 codes[group_id] = E.group_id_not_found
             elif not group.in_state(S.EMPTY):
                 codes[group_id] = E.non_empty_group
