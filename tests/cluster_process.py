@@ -8,9 +8,12 @@ epochs and CRCs) up to the high watermark.
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from confluent_kafka import Consumer
@@ -39,11 +42,17 @@ def free_port() -> int:
 
 class Cluster:
     def __init__(
-        self, base: Path, size: int = 3, overrides: dict[str, str] | None = None
+        self,
+        base: Path,
+        size: int = 3,
+        overrides: dict[str, str] | None = None,
+        broker_overrides: dict[int, dict[str, str]] | None = None,
     ) -> None:
         self.base = base
         self.etcd = EtcdServer(base / "etcd")
         self.overrides = {**FAST, **(overrides or {})}
+        #: Per broker, on top of `overrides` (e.g. an `advertised.listeners` of a proxy).
+        self.broker_overrides = broker_overrides or {}
         self.brokers: dict[int, BrokerProcess] = {}
         for node_id in range(1, size + 1):
             broker = BrokerProcess(base / f"broker-{node_id}", {"node.id": str(node_id)})
@@ -52,8 +61,9 @@ class Cluster:
 
     def start(self) -> Cluster:
         self.etcd.start()
-        for broker in self.brokers.values():
+        for node_id, broker in self.brokers.items():
             broker.overrides.update(self.overrides, **{"etcd.connect": self.etcd.endpoint})
+            broker.overrides.update(self.broker_overrides.get(node_id, {}))
         threads = [threading.Thread(target=b.start) for b in self.brokers.values()]
         for t in threads:
             t.start()
@@ -71,32 +81,69 @@ class Cluster:
                 broker.kill()
         self.etcd.close()
 
+    # -- SIGSTOP / SIGCONT: a broker that hangs (GC pause, VM freeze), its sockets open ------
+
+    def pause(self, *node_ids: int) -> None:
+        for node_id in node_ids:
+            proc = self.brokers[node_id].proc
+            assert proc is not None and proc.poll() is None, f"broker {node_id} is not running"
+            os.kill(proc.pid, signal.SIGSTOP)
+
+    def resume(self, *node_ids: int) -> None:
+        for node_id in node_ids:
+            proc = self.brokers[node_id].proc
+            assert proc is not None, f"broker {node_id} is not running"
+            os.kill(proc.pid, signal.SIGCONT)
+
+    def bootstrap_of(self, node_ids: Iterable[int]) -> str:
+        return ",".join(self.brokers[n].bootstrap for n in node_ids)
+
     @property
     def bootstrap(self) -> str:
         return ",".join(b.bootstrap for b in self.brokers.values())
 
-    def admin(self) -> AdminClient:
-        return AdminClient({"bootstrap.servers": self.bootstrap})
+    def admin(self, via: Iterable[int] | None = None) -> AdminClient:
+        """An admin client bootstrapped from `via` (default: every broker)."""
+        bootstrap = self.bootstrap if via is None else self.bootstrap_of(via)
+        return AdminClient({"bootstrap.servers": bootstrap})
 
     def create_topic(
-        self, name: str, partitions: int = 3, rf: int = 3, configs: dict[str, str] | None = None
+        self,
+        name: str,
+        partitions: int = 3,
+        rf: int = 3,
+        configs: dict[str, str] | None = None,
+        assignment: Sequence[Sequence[int]] | None = None,
     ) -> None:
+        """`assignment`: the replicas of each partition (the first one leads at creation)."""
         admin = self.admin()  # kept alive until the futures resolve
-        futures = admin.create_topics([NewTopic(name, partitions, rf, config=configs or {})])
+        if assignment is not None:
+            new = NewTopic(
+                name,
+                len(assignment),
+                replica_assignment=[list(r) for r in assignment],
+                config=configs or {},
+            )
+        else:
+            new = NewTopic(name, partitions, rf, config=configs or {})
+        futures = admin.create_topics([new])
         for future in futures.values():
             future.result(15)
         self.wait_for(lambda: all(p[0] >= 0 for p in self.partitions(name).values()), 15)
 
-    def partitions(self, topic: str) -> dict[int, tuple[int, list[int], list[int]]]:
-        """partition -> (leader, replicas, isr) from Metadata."""
-        md = self.admin().list_topics(topic, timeout=10)
+    def partitions(
+        self, topic: str, via: Iterable[int] | None = None
+    ) -> dict[int, tuple[int, list[int], list[int]]]:
+        """partition -> (leader, replicas, isr) from Metadata (asked of `via` if given: a
+        paused broker never answers)."""
+        md = self.admin(via).list_topics(topic, timeout=10)
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             return {}
         return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
 
-    def leader(self, topic: str, partition: int) -> int:
-        return self.partitions(topic).get(partition, (-1, [], []))[0]
+    def leader(self, topic: str, partition: int, via: Iterable[int] | None = None) -> int:
+        return self.partitions(topic, via).get(partition, (-1, [], []))[0]
 
     def wait_for(self, condition, timeout: float, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
         deadline = time.monotonic() + timeout

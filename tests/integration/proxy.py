@@ -81,6 +81,8 @@ class _Link:
             sock.settimeout(0.2)
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.produce_ids: set[int] = set()
+        #: Produce correlation id -> request version, to decode a dropped response.
+        self.produce_versions: dict[int, int] = {}
         self.lock = threading.Lock()
         self.dead = threading.Event()
         self.threads = [
@@ -112,6 +114,7 @@ class _Link:
                 if api_key == PRODUCE:
                     with self.lock:
                         self.produce_ids.add(correlation_id)
+                        self.produce_versions[correlation_id] = _version
                 _send_frame(self.upstream, payload)
         except (_Closed, struct.error):
             pass
@@ -128,6 +131,11 @@ class _Link:
                     is_produce = correlation_id in self.produce_ids
                     self.produce_ids.discard(correlation_id)
                 verdict = self.proxy.verdict() if is_produce else None
+                with self.lock:
+                    version = self.produce_versions.pop(correlation_id, -1)
+                if verdict is not None:
+                    with self.proxy.lock:
+                        self.proxy.dropped.append((version, payload))
                 if verdict == "close":
                     return  # finally: close both sides
                 if verdict == "drop":
@@ -155,6 +163,8 @@ class DroppingProxy:
         self.max_drops = max_drops
         self.random = random.Random(seed)
         self.stats = ProxyStats()
+        #: (Produce request version, response frame payload) of every dropped response.
+        self.dropped: list[tuple[int, bytes]] = []
         self.lock = threading.Lock()
         self.target_port = 0
         self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)

@@ -1,0 +1,93 @@
+"""Leaders SIGKILLed under a second client library: kafka-python's idempotent producer.
+
+The scenario of test_cluster_failover.py (librdkafka) with kafka-python's own idempotence
+and retry logic: every acknowledged message is stored exactly once, in per-partition order,
+and every replica ends with the same batches.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kafka import KafkaProducer
+
+from tests.cluster_process import Cluster
+from tests.integration.test_cluster_failover import check_exactly_once
+from tests.integration.test_cluster_faults import read_all
+
+TOPIC = "clients"
+PARTITIONS = 3
+COUNT = 60_000
+RATE = 5_000
+
+
+@pytest.mark.timeout(240)
+def test_kafka_python_idempotent_producer_across_leader_kills(tmp_path: Path) -> None:
+    with Cluster(tmp_path) as cluster:
+        cluster.create_topic(TOPIC, PARTITIONS, 3, {"min.insync.replicas": "2"})
+        cluster.wait_isr_full(TOPIC)
+        acked: dict[int, list[int]] = defaultdict(list)
+        errors: list[str] = []
+        lock = threading.Lock()
+        stop = threading.Event()
+        kills: list[int] = []
+
+        def killer() -> None:
+            partition = 0
+            while not stop.wait(2.5):
+                leader = cluster.leader(TOPIC, partition % PARTITIONS)
+                partition += 1
+                if leader < 0:
+                    continue
+                cluster.brokers[leader].kill()
+                kills.append(leader)
+                time.sleep(1.0)
+                cluster.brokers[leader].start()
+
+        def ok(value: int, metadata: Any) -> None:
+            with lock:
+                acked[metadata.partition].append(value)
+
+        def failed(value: int, exc: BaseException) -> None:
+            with lock:
+                errors.append(f"{value}: {exc!r}")
+
+        producer = KafkaProducer(
+            bootstrap_servers=cluster.bootstrap.split(","),
+            enable_idempotence=True,
+            acks="all",
+            linger_ms=5,
+            retry_backoff_ms=100,
+            request_timeout_ms=10_000,
+            delivery_timeout_ms=120_000,
+            reconnect_backoff_max_ms=1000,
+        )
+        thread = threading.Thread(target=killer)
+        thread.start()
+        try:
+            start = time.monotonic()
+            for i in range(COUNT):
+                value = str(i).encode()
+                future = producer.send(TOPIC, key=value, value=value)
+                future.add_callback(ok, i)
+                future.add_errback(failed, i)
+                ahead = i / RATE - (time.monotonic() - start)
+                if ahead > 0.01:
+                    time.sleep(ahead)
+            producer.flush(120)
+        finally:
+            stop.set()
+            thread.join()
+            producer.close(10)
+        assert not errors, errors[:5]
+        assert len(kills) >= 2, kills
+        assert sum(len(v) for v in acked.values()) == COUNT
+        got = read_all(cluster, TOPIC)
+        check_exactly_once(acked, got)
+        assert sum(len(v) for v in got.values()) == COUNT
+        cluster.check_replicas_identical(TOPIC)
