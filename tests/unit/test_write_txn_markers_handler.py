@@ -32,7 +32,7 @@ def test_a_marker_the_disk_refuses_is_a_storage_error_for_that_partition_only(
     woken: list[Any] = []
     decided: list[Any] = []
     replicas = SimpleNamespace(
-        logs=logs, notify_appended=woken.extend, leader_epoch=lambda tp: 0
+        logs=logs, notify_appended=woken.extend, leader_epoch=lambda tp: 0, clustered=False
     )
     ctx: Any = SimpleNamespace(
         broker=SimpleNamespace(replicas=replicas, groups=SimpleNamespace(on_marker=decided.append))

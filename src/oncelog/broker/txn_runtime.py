@@ -55,6 +55,20 @@ class TxnRuntime:
         self.on_offsets_marker: Callable[[Marker], None] = lambda marker: None
         #: Set by the server: wake fetches waiting on partitions that got markers.
         self.notify: Callable[[list[TopicPartition]], None] = replicas.notify_appended
+        self.clustered = replicas.clustered
+        #: In a cluster, set by the server: once the transaction's partition of
+        #: `__transaction_state` is replicated up to the given offset (so a failover cannot
+        #: lose the Prepare* record: markers never precede a durable decision), send the
+        #: markers to the partitions' leaders (WriteTxnMarkers) and call
+        #: `markers_sent(txn_id, ok)`.
+        self.send_markers: Callable[[str, list[Marker], TopicPartition, int], None] | None = (
+            None
+        )
+        self._sending: set[str] = set()
+        if self.clustered:
+            self.coordinator.own_partitions(
+                lambda txn_id: partition_for(txn_id, self.partitions)
+            )
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -72,8 +86,44 @@ class TxnRuntime:
             self._finish(txn_id)
 
     def _load(self, tp: TopicPartition) -> None:
-        for record in read_entries(self.replicas.partition(tp), decode_batches):
+        plog = self.replicas.partition(tp)
+        for record in read_entries(plog, decode_batches, to_log_end=self.clustered):
             self.coordinator.replay(record)
+
+    def on_leadership(self, tp: TopicPartition, leader: bool) -> None:
+        """A cluster moved the leadership of a `__transaction_state` partition: load its
+        transactions (and finish those left prepared) when this broker leads it now, with
+        its leader epoch as the coordinator epoch; drop them otherwise."""
+        if tp.topic != TXN_TOPIC:
+            return
+        topic = self.replicas.topic(TXN_TOPIC)
+        if topic is not None:
+            self.partitions = topic.partitions
+        self.coordinator.unload(tp.partition)
+        if not leader:
+            return
+        epoch = self.replicas.leader_epoch(tp)
+        self._load(tp)
+        self.coordinator.loaded(tp.partition, epoch)
+        pending = [
+            t for t in self.coordinator.pending() if self.coordinator.owns(t)
+            and partition_for(t, self.partitions) == tp.partition
+        ]
+        log.info(
+            "coordinating the transactions of %s (coordinator epoch %d, %d to finish)",
+            tp,
+            epoch,
+            len(pending),
+        )
+        for txn_id in pending:
+            self._finish(txn_id)
+
+    def verify(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
+        """KIP-890's check before transactional data is accepted. In a cluster a producer
+        whose coordinator is another broker is not checked here (as before KIP-890)."""
+        if self.clustered and self.coordinator.transactional_id_of(producer_id) is None:
+            return ErrorCode.none
+        return self.coordinator.verify_partition(producer_id, epoch, tp)
 
     def ensure_topic(self) -> None:
         configs = internal_topic_configs(self.segment_bytes)
@@ -90,8 +140,10 @@ class TxnRuntime:
             except KafkaError as exc:
                 log.warning("cannot store transaction records: %s", exc)
                 return ErrorCode.coordinator_not_available
-            if self._crash_after_prepare and any(
-                meta is not None and meta.state.is_prepare for _, meta in result.records
+            if (
+                self._crash_after_prepare
+                and not self.clustered  # a cluster crashes once Prepare* is replicated
+                and any(meta is not None and meta.state.is_prepare for _, meta in result.records)
             ):
                 log.critical("oncelog.testing.crash.after.prepare: exiting after Prepare*")
                 logging.shutdown()
@@ -108,15 +160,22 @@ class TxnRuntime:
                 log.info("aborting transaction %s: transaction.timeout.ms passed", result.complete)
             self.run(result)
         for txn_id in self.coordinator.pending():
-            self._finish(txn_id)
+            if self.coordinator.owns(txn_id):
+                self._finish(txn_id)
 
     def _finish(self, txn_id: str) -> None:
         """Write the markers of a decided transaction, then persist its completion. If a
         marker fails, the transaction stays Prepare* and `tick` writes them again (markers
         are idempotent): completing it would leave that partition's transaction open."""
+        if txn_id in self._sending:
+            return  # markers on their way to other brokers; `markers_sent` finishes it
         touched: list[TopicPartition] = []
+        remote: list[Marker] = []
         failed = 0
         for marker in self.coordinator.markers(txn_id):
+            if self._led_elsewhere(marker.tp):
+                remote.append(marker)
+                continue
             written = self._write_marker(marker)
             if written is None:
                 failed += 1
@@ -126,11 +185,43 @@ class TxnRuntime:
         if failed:
             log.error("transaction %s: %d markers not written; retrying later", txn_id, failed)
             return
+        if remote and self.send_markers is not None:
+            self._sending.add(txn_id)
+            state_tp = TopicPartition(TXN_TOPIC, partition_for(txn_id, self.partitions))
+            decided_below = self.replicas.partition(state_tp).log_end_offset
+            self.send_markers(txn_id, remote, state_tp, decided_below)
+            return
+        self._complete(txn_id)
+
+    def decision_replicated(self, txn_id: str) -> None:
+        """Test fault injection in a cluster (oncelog.testing.crash.after.prepare): die once
+        Prepare* is replicated, before any marker is sent."""
+        if self._crash_after_prepare:
+            log.critical("oncelog.testing.crash.after.prepare: exiting after Prepare* (%s)", txn_id)
+            logging.shutdown()
+            os._exit(137)
+
+    def markers_sent(self, txn_id: str, ok: bool) -> None:
+        """The other brokers' markers of `txn_id` were written (or not: retried later)."""
+        self._sending.discard(txn_id)
+        if not ok:
+            log.warning("transaction %s: markers on other brokers not written; retrying", txn_id)
+            return
+        if txn_id in self.coordinator.pending() and self.coordinator.owns(txn_id):
+            self._complete(txn_id)
+
+    def _complete(self, txn_id: str) -> None:
         try:
             self._persist(self.coordinator.complete(txn_id))
         except KafkaError as exc:
             # The Prepare* record stays; the next start (or retry) completes it.
             log.error("cannot complete transaction %s: %s", txn_id, exc)
+
+    def _led_elsewhere(self, tp: TopicPartition) -> bool:
+        """In a cluster every marker goes by WriteTxnMarkers to the partition's leader, this
+        broker included: its answer waits until the marker is replicated, so a transaction
+        is never completed while a failover could still lose one of its markers."""
+        return self.clustered
 
     def _write_marker(self, marker: Marker) -> bool | None:
         """True: written; False: nothing to write (partition gone, or fenced by a newer
@@ -158,7 +249,8 @@ class TxnRuntime:
         return True
 
     def _persist(self, records: list[TxnRecord]) -> None:
-        self.ensure_topic()
+        if not self.clustered:
+            self.ensure_topic()  # in a cluster FindCoordinator creates it, replicated
         by_partition: dict[int, list[TxnRecord]] = {}
         for record in records:
             by_partition.setdefault(partition_for(record[0], self.partitions), []).append(record)

@@ -32,15 +32,18 @@ from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig, Listener
+from oncelog.coordinator.txn import Marker
 from oncelog.errors import KafkaError
 from oncelog.server.cleaner_pool import new_pool, stop_pool
 from oncelog.server.connection import Connection
 from oncelog.server.startup import StartupError
 from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
+from oncelog.types import TopicPartition
 
 if TYPE_CHECKING:
     from oncelog.server.cluster import ClusterRuntime
+    from oncelog.server.marker_sender import TxnMarkerSender
 
 log = logging.getLogger(__name__)
 
@@ -85,16 +88,23 @@ class BrokerServer:
         self.groups.wake = self._on_append
         self.groups.timers_changed = self._schedule_group_timer
         self.txns = TxnRuntime(config, self.clock, self.replicas)
-        self.replicas.txn_verifier = self.txns.coordinator.verify_partition
+        self.replicas.txn_verifier = self.txns.verify
         self.txns.on_offsets_marker = self.groups.on_marker
         #: A broker of an etcd cluster (etcd.connect set), else None: a single node, which
         #: never imports the etcd client.
         self.cluster: ClusterRuntime | None = None
+        self.markers: TxnMarkerSender
         if self.replicas.clustered:
             from oncelog.server.cluster import ClusterRuntime
 
             self.cluster = ClusterRuntime(config, self.replicas, self._on_append)
-            self.cluster.leadership_listener = self.groups.on_leadership
+            self.cluster.leadership_listener = self._leadership_moved
+            from oncelog.server.marker_sender import TxnMarkerSender
+
+            self.markers = TxnMarkerSender(
+                self.cluster.view, config.get_int("replica.socket.timeout.ms") / 1000
+            )
+            self.txns.send_markers = self._send_markers
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
         self.connections: set[Connection] = set()
@@ -189,6 +199,30 @@ class BrokerServer:
         )
         self.connections.add(conn)
         return conn
+
+    def _send_markers(
+        self, txn_id: str, markers: list[Marker], state_tp: TopicPartition, decided_below: int
+    ) -> None:
+        """Markers go out once the transaction's state partition is replicated past its
+        decision, by this broker still leading it in the same epoch."""
+        replica = self.replicas.replicas_by_tp.get(state_tp)
+        epoch = replica.leader_epoch if replica is not None else -1
+
+        def replicated() -> bool | None:
+            current = self.replicas.replicas_by_tp.get(state_tp)
+            if current is None or current.leader is None or current.leader_epoch != epoch:
+                return None
+            return current.log.high_watermark >= decided_below
+
+        self.markers.send(
+            txn_id, markers, self.txns.markers_sent, replicated, self.txns.decision_replicated
+        )
+
+    def _leadership_moved(self, tp: TopicPartition, leader: bool) -> None:
+        """The coordinators load or unload the internal partitions this broker leads."""
+        self.groups.on_leadership(tp, leader)
+        self.txns.on_leadership(tp, leader)
+        self._schedule_group_timer()
 
     # -- purgatory ---------------------------------------------------------------------------
 
@@ -330,6 +364,7 @@ class BrokerServer:
             conn.abort()
         self._stop_cleaner()
         if self.cluster is not None:
+            await self.markers.stop()
             await self.cluster.stop()
         self.replicas.shutdown()
         log.info("shut down cleanly")

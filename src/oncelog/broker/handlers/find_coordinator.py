@@ -4,17 +4,19 @@ Groups (key type 0) and transactional ids (key type 1) are coordinated by this n
 transaction log is created on the first transactional request. Other key types get
 INVALID_REQUEST. Advertising the API matters beyond groups: librdkafka enables lz4 only for
 brokers that list it. In a cluster a group's coordinator is the leader of its
-`__consumer_offsets` partition (the topic is created on first use); the transaction
-coordinator is not offered there yet (COORDINATOR_NOT_AVAILABLE).
+`__consumer_offsets` partition, a transactional id's the leader of its
+`__transaction_state` partition (each topic is created, replicated, on first use).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.internal_topics import internal_topic_configs
+from oncelog.broker.txn_runtime import TXN_TOPIC
 from oncelog.coordinator.group.records import partition_for
 from oncelog.errors import ErrorCode
 from oncelog.types import TopicPartition
@@ -26,13 +28,9 @@ _MESSAGE = "Unknown coordinator key type."
 
 def _answer(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     if key_type == GROUP and ctx.broker.cluster is not None:
-        return _group_coordinator_in_cluster(ctx, key)
+        return _coordinator_in_cluster(ctx, key, OFFSETS)
     if key_type == TRANSACTION and ctx.broker.cluster is not None:
-        # The transaction coordinator does not run across brokers yet: clients retry.
-        return _unavailable(
-            "oncelog runs the transaction coordinator on single-node brokers only (not yet "
-            "in a cluster)"
-        )
+        return _coordinator_in_cluster(ctx, key, TRANSACTIONS)
     if key_type in (GROUP, TRANSACTION):
         if key_type == TRANSACTION:
             ctx.broker.txns.ensure_topic()
@@ -64,34 +62,58 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     return {"throttle_time": 0, **_answer(ctx, request.key, key_type)}
 
 
-def _group_coordinator_in_cluster(ctx: RequestContext, group_id: str) -> dict[str, Any]:
-    """The leader of the group's `__consumer_offsets` partition; the topic is created
-    (replicated, offsets.topic.replication.factor) on the first request, as Kafka does."""
+@dataclass(frozen=True, slots=True)
+class _InternalTopic:
+    name: str
+    replication_factor: str
+    partitions: str
+    segment_bytes: str
+    min_isr: str | None
+
+
+OFFSETS = _InternalTopic(
+    OFFSETS_TOPIC,
+    "offsets.topic.replication.factor",
+    "offsets.topic.num.partitions",
+    "offsets.topic.segment.bytes",
+    None,
+)
+TRANSACTIONS = _InternalTopic(
+    TXN_TOPIC,
+    "transaction.state.log.replication.factor",
+    "transaction.state.log.num.partitions",
+    "transaction.state.log.segment.bytes",
+    "transaction.state.log.min.isr",
+)
+
+
+def _coordinator_in_cluster(
+    ctx: RequestContext, key: str, internal: _InternalTopic
+) -> dict[str, Any]:
+    """The leader of the key's internal-topic partition; the topic is created (replicated)
+    on the first request, as Kafka does."""
     cluster, ops, config = ctx.broker.cluster, ctx.broker.cluster_ops, ctx.broker.config
     assert cluster is not None and ops is not None
-    assignment = cluster.topics.get(OFFSETS_TOPIC)
+    assignment = cluster.topics.get(internal.name)
     if assignment is None:
-        factor = config.get_int("offsets.topic.replication.factor")
+        factor = config.get_int(internal.replication_factor)
         live = len(cluster.brokers)
         if live < factor:
             return _unavailable(
-                f"{OFFSETS_TOPIC} needs offsets.topic.replication.factor={factor} brokers; "
+                f"{internal.name} needs {internal.replication_factor}={factor} brokers; "
                 f"{live} are alive"
             )
-        partitions = config.get_int("offsets.topic.num.partitions")
-        segment_bytes = config.get_int("offsets.topic.segment.bytes")
-        ops.create_topic(
-            OFFSETS_TOPIC,
-            cluster.place(ops, partitions, factor),
-            internal_topic_configs(segment_bytes),
-            True,
-        )
-        return _unavailable(f"creating {OFFSETS_TOPIC}")
-    p = partition_for(group_id, assignment.partitions)
-    state = cluster.state(TopicPartition(OFFSETS_TOPIC, p))
+        configs = internal_topic_configs(config.get_int(internal.segment_bytes))
+        if internal.min_isr is not None:
+            configs["min.insync.replicas"] = str(config.get_int(internal.min_isr))
+        partitions = config.get_int(internal.partitions)
+        ops.create_topic(internal.name, cluster.place(ops, partitions, factor), configs, True)
+        return _unavailable(f"creating {internal.name}")
+    p = partition_for(key, assignment.partitions)
+    state = cluster.state(TopicPartition(internal.name, p))
     leader = cluster.brokers.get(state.leader) if state is not None else None
     if leader is None:
-        return _unavailable(f"{OFFSETS_TOPIC}-{p} has no leader")
+        return _unavailable(f"{internal.name}-{p} has no leader")
     return {
         "node_id": leader.node_id,
         "host": leader.host,

@@ -43,11 +43,17 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 
 def _verify_producer(ctx: RequestContext, request: Any) -> ErrorCode:
-    txns = ctx.broker.txns.coordinator
-    if txns.transactional_id_of(request.producer_id) != request.transactional_id:
+    """The producer's transaction must hold the group's offsets partition (KIP-890). In a
+    cluster whose transaction coordinator for this producer is another broker, the check is
+    left out, as before KIP-890 (`TxnRuntime.verify`)."""
+    runtime = ctx.broker.txns
+    known = runtime.coordinator.transactional_id_of(request.producer_id)
+    if known is not None and known != request.transactional_id:
+        return ErrorCode.invalid_producer_id_mapping
+    if known is None and not runtime.clustered:
         return ErrorCode.invalid_producer_id_mapping
     partition = ctx.broker.groups.coordinator.partition_for(request.group_id)
-    code = txns.verify_partition(
+    code = runtime.verify(
         request.producer_id, request.producer_epoch, TopicPartition(OFFSETS_TOPIC, partition)
     )
     return ErrorCode(code)

@@ -35,14 +35,18 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                     code = ErrorCode.unknown_topic_or_partition
                 else:
                     try:
-                        plog.append_marker(
+                        epoch = replicas.leader_epoch(tp)
+                        info = plog.append_marker(
                             marker.producer_id,
                             marker.producer_epoch,
                             marker.coordinator_epoch,
                             bool(marker.transaction_result),
-                            replicas.leader_epoch(tp),
+                            epoch,
                         )
                         touched.append(tp)
+                        if replicas.clustered:
+                            # Answered once replicated (the dispatcher waits for the HW).
+                            replicas.coordinator_writes.append((tp, info.last_offset + 1, epoch))
                         # Offsets staged by TxnOffsetCommit are decided by this marker.
                         ctx.broker.groups.on_marker(
                             Marker(

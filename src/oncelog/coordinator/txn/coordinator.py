@@ -12,6 +12,11 @@ is the same replay. Two-phase commit (EndTxn, and the aborts of InitProducerId a
 A coordinator that restarts between 1 and 3 finds Prepare* states in `pending()` and redoes
 2 and 3; markers are idempotent on the partitions.
 
+Ownership (a cluster): the leader of a transactional id's `__transaction_state` partition is
+its coordinator, and the partition's leader epoch is the coordinator epoch its markers carry,
+so a partition leader refuses markers of a deposed coordinator. `owned` lists the partitions
+this coordinator has loaded (None: all, a single node); other ids get NOT_COORDINATOR.
+
 Fencing: InitProducerId bumps the epoch (a new producer id when the epoch is exhausted);
 requests with an older epoch get PRODUCER_FENCED. An open transaction of the old epoch, or
 one past its `transaction.timeout.ms`, is aborted with a bumped epoch, so its producer is
@@ -71,6 +76,39 @@ class TransactionCoordinator:
         self.allocate_producer_id = allocate_producer_id
         self.transactions: dict[str, TxnMetadata] = {}
         self._by_producer: dict[int, str] = {}
+        #: Loaded `__transaction_state` partitions -> their coordinator (leader) epoch;
+        #: None: every partition, epoch 0 (a single node).
+        self.owned: dict[int, int] | None = None
+        #: Which `__transaction_state` partition a transactional id lives in.
+        self.partition_of: Callable[[str], int] = lambda txn_id: 0
+
+    # -- ownership ---------------------------------------------------------------------------
+
+    def owns(self, txn_id: str) -> bool:
+        return self.owned is None or self.partition_of(txn_id) in self.owned
+
+    def own_partitions(self, partition_of: Callable[[str], int]) -> None:
+        """Serve only the partitions given to `loaded` from now on (cluster mode)."""
+        self.partition_of = partition_of
+        if self.owned is None:
+            self.owned = {}
+
+    def loaded(self, partition: int, coordinator_epoch: int) -> None:
+        if self.owned is not None:
+            self.owned[partition] = coordinator_epoch
+
+    def unload(self, partition: int) -> None:
+        """This broker no longer leads `partition`: forget its transactions."""
+        if self.owned is not None:
+            self.owned.pop(partition, None)
+        for txn_id in [t for t in self.transactions if self.partition_of(t) == partition]:
+            meta = self.transactions.pop(txn_id)
+            self._by_producer.pop(meta.producer_id, None)
+
+    def coordinator_epoch(self, txn_id: str) -> int:
+        if self.owned is None:
+            return COORDINATOR_EPOCH
+        return self.owned.get(self.partition_of(txn_id), COORDINATOR_EPOCH)
 
     # -- replay ------------------------------------------------------------------------------
 
@@ -92,6 +130,8 @@ class TransactionCoordinator:
     def init_producer_id(
         self, txn_id: str, timeout_ms: int, expected_pid: int = -1, expected_epoch: int = -1
     ) -> TxnResult:
+        if not self.owns(txn_id):
+            return TxnResult(ErrorCode.not_coordinator)
         if not 0 < timeout_ms <= self.settings.max_timeout_ms:
             return TxnResult(ErrorCode.invalid_transaction_timeout)
         now = self.clock.wall_ms()
@@ -136,6 +176,8 @@ class TransactionCoordinator:
     # -- AddPartitionsToTxn / AddOffsetsToTxn ------------------------------------------------
 
     def _check_producer(self, txn_id: str, pid: int, epoch: int) -> TxnMetadata | ErrorCode:
+        if not self.owns(txn_id):
+            return ErrorCode.not_coordinator
         meta = self.transactions.get(txn_id)
         if meta is None or meta.producer_id != pid:
             return ErrorCode.invalid_producer_id_mapping
@@ -191,8 +233,9 @@ class TransactionCoordinator:
         """The markers a Prepare* transaction needs on each of its partitions."""
         meta = self.transactions[txn_id]
         commit = meta.state == TxnState.PREPARE_COMMIT
+        epoch = self.coordinator_epoch(txn_id)
         return [
-            Marker(tp, meta.producer_id, meta.producer_epoch, commit)
+            Marker(tp, meta.producer_id, meta.producer_epoch, commit, epoch)
             for tp in sorted(meta.partitions)
         ]
 

@@ -1,0 +1,162 @@
+"""Transaction markers to partition leaders, over WriteTxnMarkers (Kafka's
+TransactionMarkerChannelManager, in short).
+
+In a cluster the transaction coordinator hands a decided transaction's markers here. They are
+grouped by each partition's current leader (this broker included) and sent as one
+WriteTxnMarkers request per leader; a leader answers once its marker is replicated. The
+coordinator hears `ok` only when every marker landed (or is no longer needed: the partition
+is gone, or a newer producer epoch or coordinator already ended the transaction there); it
+then persists Complete*. Otherwise the transaction stays Prepare* and the coordinator's
+periodic retry sends the markers again — markers are idempotent on the partitions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from oncelog.broker.cluster_view import ClusterView
+from oncelog.coordinator.txn import Marker
+from oncelog.errors import ErrorCode
+from oncelog.protocol.registry import ApiKey
+from oncelog.server.inter_broker import BrokerChannel, PeerUnavailable
+
+log = logging.getLogger(__name__)
+
+WRITE_TXN_MARKERS_VERSION = 1
+REPLICATION_POLL_S = 0.005
+
+#: Answers that mean the marker is not needed any more.
+_SETTLED = {
+    ErrorCode.none,
+    ErrorCode.unknown_topic_or_partition,
+    ErrorCode.producer_fenced,
+    ErrorCode.invalid_producer_epoch,
+    ErrorCode.transaction_coordinator_fenced,
+}
+
+
+class TxnMarkerSender:
+    def __init__(self, view: ClusterView, timeout_s: float) -> None:
+        self.view = view
+        self.timeout_s = timeout_s
+        self._channels: dict[int, BrokerChannel] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def send(
+        self,
+        txn_id: str,
+        markers: list[Marker],
+        done: Callable[[str, bool], None],
+        replicated: Callable[[], bool | None] | None = None,
+        before_send: Callable[[str], None] | None = None,
+    ) -> None:
+        """Send once `replicated()` is True (checked every few ms); None from it means the
+        decision may never be replicated (the coordinator lost its leadership): give up."""
+        task = asyncio.get_running_loop().create_task(
+            self._send_when(txn_id, markers, done, replicated, before_send)
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def stop(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        for channel in self._channels.values():
+            channel.close()
+
+    async def _send_when(
+        self,
+        txn_id: str,
+        markers: list[Marker],
+        done: Callable[[str, bool], None],
+        replicated: Callable[[], bool | None] | None,
+        before_send: Callable[[str], None] | None,
+    ) -> None:
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        while replicated is not None:
+            ready = replicated()
+            if ready:
+                break
+            if ready is None or asyncio.get_running_loop().time() > deadline:
+                done(txn_id, False)
+                return
+            await asyncio.sleep(REPLICATION_POLL_S)
+        if before_send is not None:
+            before_send(txn_id)
+        await self._send(txn_id, markers, done)
+
+    async def _send(
+        self, txn_id: str, markers: list[Marker], done: Callable[[str, bool], None]
+    ) -> None:
+        ok = True
+        by_leader: dict[int, list[Marker]] = {}
+        for marker in markers:
+            if marker.tp.topic not in self.view.topics:
+                continue  # deleted: nothing left to end
+            state = self.view.partitions.get(marker.tp)
+            if state is None or state.leader < 0:
+                ok = False
+                continue
+            by_leader.setdefault(state.leader, []).append(marker)
+        results = await asyncio.gather(
+            *(self._send_to(leader, group) for leader, group in by_leader.items())
+        )
+        ok = ok and all(results)
+        done(txn_id, ok)
+
+    async def _send_to(self, leader: int, markers: list[Marker]) -> bool:
+        registration = self.view.brokers.get(leader)
+        if registration is None:
+            return False
+        channel = self._channels.get(leader)
+        if channel is None or channel.moved(registration.host, registration.port):
+            if channel is not None:
+                channel.close()
+            channel = BrokerChannel(leader, registration.host, registration.port, self.timeout_s)
+            self._channels[leader] = channel
+        try:
+            response = await channel.call(
+                ApiKey.WRITE_TXN_MARKERS, WRITE_TXN_MARKERS_VERSION, _request(markers)
+            )
+        except PeerUnavailable as exc:
+            log.info("transaction markers to broker %d not sent: %s", leader, exc)
+            return False
+        ok = True
+        for result in response.markers:
+            for topic in result.topics:
+                for p in topic.partitions:
+                    if p.error_code not in _SETTLED:
+                        log.info(
+                            "marker for %s-%d on broker %d: %s",
+                            topic.name,
+                            p.partition_index,
+                            leader,
+                            ErrorCode(p.error_code).name,
+                        )
+                        ok = False
+        return ok
+
+
+def _request(markers: list[Marker]) -> dict[str, Any]:
+    """One WriteTxnMarkers entry per (producer, epoch, result, coordinator epoch)."""
+    grouped: dict[tuple[int, int, bool, int], dict[str, list[int]]] = {}
+    for m in markers:
+        key = (m.producer_id, m.producer_epoch, m.commit, m.coordinator_epoch)
+        grouped.setdefault(key, {}).setdefault(m.tp.topic, []).append(m.tp.partition)
+    return {
+        "markers": [
+            {
+                "producer_id": pid,
+                "producer_epoch": epoch,
+                "transaction_result": commit,
+                "topics": [
+                    {"name": name, "partition_indexes": parts} for name, parts in topics.items()
+                ],
+                "coordinator_epoch": coordinator_epoch,
+            }
+            for (pid, epoch, commit, coordinator_epoch), topics in grouped.items()
+        ]
+    }

@@ -1,0 +1,128 @@
+"""Transactions in a three-broker cluster: partitions led by different brokers commit and
+abort atomically for read_committed readers, and a coordinator SIGKILLed between Prepare*
+and the markers leaves the transaction for its successor to complete."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, KafkaException, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from oncelog.coordinator.group.records import partition_for
+from tests.cluster_process import Cluster
+
+TOPIC = "txn-data"
+STATE_PARTITIONS = 6
+INTERNAL = {
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": "6",
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.num.partitions": str(STATE_PARTITIONS),
+    "transaction.state.log.min.isr": "2",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": "1000",
+}
+
+
+def transactional(cluster: Cluster, txn_id: str) -> Producer:
+    producer = Producer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "transactional.id": txn_id,
+            "transaction.timeout.ms": 60_000,
+        }
+    )
+    producer.init_transactions(60)
+    return producer
+
+
+def read_committed(cluster: Cluster, expected: int, partitions: int = 3) -> list[str]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "txn-check",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(partitions)])
+    values: list[str] = []
+    deadline = time.monotonic() + 30
+    try:
+        while time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                if msg.error() is None:
+                    values.append(msg.value().decode())
+            if len(values) >= expected:
+                # anything more would come right behind: look once more
+                for msg in consumer.consume(1000, 1.0):
+                    if msg.error() is None:
+                        values.append(msg.value().decode())
+                break
+    finally:
+        consumer.close()
+    return values
+
+
+@pytest.mark.timeout(120)
+def test_transactions_over_partitions_led_by_different_brokers_are_atomic(
+    tmp_path: Path,
+) -> None:
+    with Cluster(tmp_path, overrides=INTERNAL) as cluster:
+        cluster.create_topic(TOPIC, 3, 3, {"min.insync.replicas": "2"})
+        leaders = {leader for leader, _, _ in cluster.partitions(TOPIC).values()}
+        assert len(leaders) == 3, "the three partitions should have three leaders"
+        producer = transactional(cluster, "spanning")
+        for n in range(6):
+            producer.begin_transaction()
+            for i in range(30):
+                producer.produce(TOPIC, f"{n}-{i}".encode(), partition=i % 3)
+            if n % 2 == 0:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+        values = read_committed(cluster, 90)
+        assert sorted(values) == sorted(f"{n}-{i}" for n in (0, 2, 4) for i in range(30))
+        cluster.check_replicas_identical(TOPIC)
+
+
+def txn_id_led_by(cluster: Cluster, node_id: int) -> str:
+    """A transactional id whose `__transaction_state` partition `node_id` leads."""
+    leaders = {p: state[0] for p, state in cluster.partitions("__transaction_state").items()}
+    for n in range(10_000):
+        candidate = f"crash-{n}"
+        if leaders.get(partition_for(candidate, STATE_PARTITIONS)) == node_id:
+            return candidate
+    raise AssertionError(f"broker {node_id} leads no partition of __transaction_state")
+
+
+@pytest.mark.timeout(180)
+def test_a_coordinator_killed_between_prepare_and_markers_is_completed_by_its_successor(
+    tmp_path: Path,
+) -> None:
+    crash = {1: {"oncelog.testing.crash.after.prepare": "true"}}
+    with Cluster(tmp_path, overrides=INTERNAL, broker_overrides=crash) as cluster:
+        cluster.create_topic(TOPIC, 3, 3, {"min.insync.replicas": "2"})
+        # A first transactional producer makes the cluster create __transaction_state.
+        transactional(cluster, "warm-up")
+        cluster.wait_isr_full("__transaction_state")
+        txn_id = txn_id_led_by(cluster, 1)
+        producer = transactional(cluster, txn_id)
+        producer.begin_transaction()
+        for i in range(30):
+            producer.produce(TOPIC, f"c-{i}".encode(), partition=i % 3)
+        try:
+            # Broker 1 dies right after PrepareCommit is replicated, before any marker: the
+            # client retries EndTxn on the new coordinator, which finishes the commit.
+            producer.commit_transaction(90)
+        except KafkaException as exc:
+            assert exc.args[0].retriable() or not exc.args[0].fatal(), exc
+            producer.commit_transaction(90)
+        cluster.wait_for(lambda: not cluster.brokers[1].alive(), 10, "broker 1's crash")
+        assert sorted(read_committed(cluster, 30)) == sorted(f"c-{i}" for i in range(30))
+        # Restarted without the fault, broker 1 truncates to the new leaders' history.
+        cluster.brokers[1].overrides.pop("oncelog.testing.crash.after.prepare")
+        cluster.brokers[1].start()
+        cluster.check_replicas_identical(TOPIC)
