@@ -4,6 +4,7 @@ and the markers leaves the transaction for its successor to complete."""
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -126,3 +127,114 @@ def test_a_coordinator_killed_between_prepare_and_markers_is_completed_by_its_su
         cluster.brokers[1].overrides.pop("oncelog.testing.crash.after.prepare")
         cluster.brokers[1].start()
         cluster.check_replicas_identical(TOPIC)
+
+
+def copy_exactly_once(
+    cluster: Cluster, source: str, sink: str, total: int, deadline: float
+) -> None:
+    """A consume-transform-produce copier (send_offsets_to_transaction) that starts over
+    from the group's committed offsets after any failed transaction, as a Kafka Streams
+    task does."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": "copier",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "session.timeout.ms": 10_000,
+        }
+    )
+    consumer.subscribe([source])
+    producer = transactional(cluster, "copier-txn")
+    copied = 0
+    try:
+        while time.monotonic() < deadline:
+            batch = [m for m in consumer.consume(200, 1.0) if m.error() is None]
+            if not batch:
+                if _all_copied(consumer, source, total):
+                    return
+                continue
+            try:
+                producer.begin_transaction()
+                for msg in batch:
+                    producer.produce(sink, msg.value().upper(), key=msg.value())
+                positions = consumer.position(consumer.assignment())
+                group = consumer.consumer_group_metadata()
+                producer.send_offsets_to_transaction(positions, group, 30)
+                producer.commit_transaction(30)
+                copied += len(batch)
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.fatal():
+                    raise
+                if error.txn_requires_abort():
+                    producer.abort_transaction(30)
+                # Start over from what the group committed: nothing is lost or doubled.
+                committed = consumer.committed(consumer.assignment(), timeout=30)
+                for tp in committed:
+                    start = tp if tp.offset >= 0 else KafkaTopicPartition(tp.topic, tp.partition, 0)
+                    consumer.seek(start)
+        raise AssertionError(f"the copier did not finish in time ({copied} copied)")
+    finally:
+        consumer.close()
+
+
+def _all_copied(consumer: Consumer, source: str, total: int) -> bool:
+    assignment = consumer.assignment()
+    if len(assignment) < 3:
+        return False
+    committed = consumer.committed(assignment, timeout=30)
+    return sum(max(tp.offset, 0) for tp in committed) >= total
+
+
+@pytest.mark.timeout(240)
+def test_a_copier_copies_exactly_once_across_broker_kills(tmp_path: Path) -> None:
+    with Cluster(tmp_path, overrides=INTERNAL) as cluster:
+        cluster.create_topic(TOPIC, 3, 3, {"min.insync.replicas": "2"})
+        cluster.create_topic("txn-copy", 3, 3, {"min.insync.replicas": "2"})
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "enable.idempotence": True})
+        total = 3000
+        for i in range(total):
+            producer.produce(TOPIC, f"m{i}".encode(), partition=i % 3)
+        assert producer.flush(30) == 0
+
+        stop = threading.Event()
+        kills: list[int] = []
+
+        def killer() -> None:
+            victim = 1
+            while not stop.wait(3.0):
+                cluster.brokers[victim].kill()
+                kills.append(victim)
+                time.sleep(1.0)
+                cluster.brokers[victim].start()
+                victim = victim % 3 + 1
+
+        thread = threading.Thread(target=killer)
+        thread.start()
+        try:
+            copy_exactly_once(cluster, TOPIC, "txn-copy", total, time.monotonic() + 150)
+        finally:
+            stop.set()
+            thread.join()
+        assert kills, "no broker was killed"
+        consumer = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": "copy-check",
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        consumer.assign([KafkaTopicPartition("txn-copy", p, 0) for p in range(3)])
+        copied: list[str] = []
+        idle = time.monotonic() + 20
+        while time.monotonic() < idle and len(copied) < total:
+            for msg in consumer.consume(5000, 1.0):
+                if msg.error() is None:
+                    copied.append(msg.key().decode())
+        consumer.close()
+        assert len(copied) == len(set(copied)), "duplicates in the copy"
+        assert sorted(copied) == sorted(f"m{i}" for i in range(total))
+        cluster.check_replicas_identical("txn-copy")
