@@ -238,3 +238,30 @@ def test_a_copier_copies_exactly_once_across_broker_kills(tmp_path: Path) -> Non
         assert len(copied) == len(set(copied)), "duplicates in the copy"
         assert sorted(copied) == sorted(f"m{i}" for i in range(total))
         cluster.check_replicas_identical("txn-copy")
+
+
+@pytest.mark.timeout(120)
+def test_a_zombie_is_fenced_after_its_coordinator_moved(tmp_path: Path) -> None:
+    with Cluster(tmp_path, overrides=INTERNAL) as cluster:
+        cluster.create_topic(TOPIC, 3, 3, {"min.insync.replicas": "2"})
+        transactional(cluster, "warm-up")
+        cluster.wait_isr_full("__transaction_state")
+        txn_id = txn_id_led_by(cluster, 2)
+        zombie = transactional(cluster, txn_id)
+        zombie.begin_transaction()
+        for i in range(10):
+            zombie.produce(TOPIC, f"zombie-{i}".encode(), partition=i % 3)
+        zombie.flush(30)
+        cluster.brokers[2].kill()  # the coordinator moves to another replica
+        successor = transactional(cluster, txn_id)  # bumps the epoch, aborts the zombie's
+        successor.begin_transaction()
+        for i in range(10):
+            successor.produce(TOPIC, f"new-{i}".encode(), partition=i % 3)
+        successor.commit_transaction(60)
+        with pytest.raises(KafkaException) as raised:
+            zombie.commit_transaction(30)
+        assert raised.value.args[0].fatal() or "fenced" in str(raised.value).lower()
+        values = read_committed(cluster, 10)
+        assert sorted(values) == sorted(f"new-{i}" for i in range(10))
+        cluster.brokers[2].start()
+        cluster.check_replicas_identical(TOPIC)
