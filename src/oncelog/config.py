@@ -272,7 +272,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("offsets.topic.num.partitions", C.INT, "50", at_least=1),
     ConfigDef("offsets.retention.minutes", C.INT, "10080", at_least=1),
     ConfigDef("offsets.retention.check.interval.ms", C.INT, "600000", at_least=1),
-    ConfigDef("offsets.topic.replication.factor", C.INT, "1", at_least=1),
+    ConfigDef(
+        "offsets.topic.replication.factor",
+        C.INT,
+        "3",
+        at_least=1,
+        doc="Kafka's default; a single node keeps its internal topics on its one replica.",
+    ),
     ConfigDef(
         "offsets.topic.segment.bytes",
         C.INT,
@@ -282,8 +288,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "segment (storage README).",
     ),
     ConfigDef("transaction.state.log.num.partitions", C.INT, "50", at_least=1),
-    ConfigDef("transaction.state.log.replication.factor", C.INT, "1", at_least=1),
-    ConfigDef("transaction.state.log.min.isr", C.INT, "1", at_least=1),
+    ConfigDef(
+        "transaction.state.log.replication.factor",
+        C.INT,
+        "3",
+        at_least=1,
+        doc="Kafka's default; a single node keeps its internal topics on its one replica.",
+    ),
+    ConfigDef("transaction.state.log.min.isr", C.INT, "2", at_least=1),
     ConfigDef(
         "transaction.state.log.segment.bytes",
         C.INT,
