@@ -12,7 +12,11 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 
+from oncelog.client.connection import Connection
 from oncelog.coordinator.group.records import partition_for
+from oncelog.errors import ErrorCode
+from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, build_batch
+from oncelog.protocol.records.record import encode_record
 from tests.cluster_process import Cluster
 
 TOPIC = "txn-data"
@@ -264,4 +268,69 @@ def test_a_zombie_is_fenced_after_its_coordinator_moved(tmp_path: Path) -> None:
         values = read_committed(cluster, 10)
         assert sorted(values) == sorted(f"new-{i}" for i in range(10))
         cluster.brokers[2].start()
+        cluster.check_replicas_identical(TOPIC)
+
+
+def transactional_batch(producer_id: int, epoch: int, sequence: int) -> bytes:
+    now = int(time.time() * 1000)
+    return build_batch(
+        base_offset=0,
+        records=encode_record(offset_delta=0, key=None, value=b"late"),
+        record_count=1,
+        last_offset_delta=0,
+        base_timestamp=now,
+        max_timestamp=now,
+        attributes=TRANSACTIONAL_FLAG,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+    )
+
+
+@pytest.mark.timeout(120)
+def test_transactional_data_for_a_partition_outside_the_transaction_is_refused(
+    tmp_path: Path,
+) -> None:
+    """KIP-890 across brokers: the leader of a partition asks the transaction's coordinator
+    (another broker) before it takes a transaction's first batch; one the producer never
+    added is refused with INVALID_TXN_STATE and nothing is written."""
+    with Cluster(tmp_path, overrides=INTERNAL) as cluster:
+        cluster.create_topic(TOPIC, 3, 3, {"min.insync.replicas": "2"})
+        transactional(cluster, "warm-up")
+        cluster.wait_isr_full("__transaction_state")
+        txn_id = txn_id_led_by(cluster, 1)
+        leaders = {p: state[0] for p, state in cluster.partitions(TOPIC).items()}
+        # Both led by brokers other than the coordinator: the write the producer added goes
+        # through the remote check as much as the one it did not.
+        added, elsewhere = sorted(p for p, leader in leaders.items() if leader != 1)[:2]
+        producer = transactional(cluster, txn_id)
+        producer.begin_transaction()
+        producer.produce(TOPIC, b"in-txn", partition=added)
+        producer.flush(30)
+        # The producer's id and epoch, as the coordinator gave them.
+        with Connection("127.0.0.1", cluster.brokers[1].port) as conn:
+            described = conn.call(
+                65, (0, 0), {"transactional_ids": [txn_id]}
+            ).transaction_states[0]
+        pid, epoch = described.producer_id, described.producer_epoch
+        leader = cluster.brokers[leaders[elsewhere]]
+        body = {
+            "transactional_id": txn_id,
+            "acks": -1,
+            "timeout": 10_000,
+            "topic_data": [
+                {
+                    "name": TOPIC,
+                    "partition_data": [
+                        {"index": elsewhere, "records": transactional_batch(pid, epoch, 0)}
+                    ],
+                }
+            ],
+        }
+        with Connection("127.0.0.1", leader.port) as conn:
+            response = conn.call(0, (9, 9), body)
+        code = response.responses[0].partition_responses[0].error_code
+        assert code == ErrorCode.invalid_txn_state
+        producer.commit_transaction(30)
+        assert read_committed(cluster, 1) == ["in-txn"]
         cluster.check_replicas_identical(TOPIC)

@@ -23,6 +23,8 @@ class PendingOp:
     key: object
     done: bool = False
     error: KafkaError | None = None
+    #: What the write or request answered, for ops that answer more than success.
+    result: object = None
 
     def finish(self, error: KafkaError | None = None) -> None:
         self.done = True
@@ -39,6 +41,13 @@ class ClusterOps(Protocol):
     ) -> PendingOp: ...
 
     def delete_topic(self, name: str) -> PendingOp: ...
+
+    def verify_transaction(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition]
+    ) -> PendingOp:
+        """KIP-890: ask the id's coordinator (AddPartitionsToTxn verify-only) whether the
+        partitions are in the producer's open transaction; `result` maps each to its code."""
+        ...
 
     def random_placement(self) -> tuple[int, int]:
         """The round robin's start index and replica shift for a new topic."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, replace
 
 from oncelog.broker.partition import Change, Partition, ReplicaView, Role
@@ -38,6 +38,7 @@ from oncelog.errors import (
 from oncelog.metadata.image import MetadataImage, TopicImage
 from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager, ProducerIdPool
 from oncelog.producer_state.tracker import ProducerTracker
+from oncelog.protocol.records.batch import HEADER_SIZE, parse_header
 from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanResult, LogCleaner
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSettings, ReadResult
@@ -82,6 +83,8 @@ class ReplicaManager:
         self._log_configs: dict[str, LogConfig] = {}
         #: Set by the transaction runtime (KIP-890 verification); none: no transactions.
         self.txn_verifier: Callable[[int, int, TopicPartition], ErrorCode] = _no_transactions
+        #: Set by the transaction runtime: does this broker coordinate producer id X?
+        self.txn_known: Callable[[int], bool] = lambda _pid: False
         self.append_listener: Callable[[list[TopicPartition]], None] = lambda _: None
         #: In a cluster: this broker's replica of each partition it holds (else empty).
         self.replicas_by_tp: dict[TopicPartition, Partition] = {}
@@ -220,7 +223,12 @@ class ReplicaManager:
         return plog
 
     def append(
-        self, tp: TopicPartition, records: bytes, *, coordinator: bool = False
+        self,
+        tp: TopicPartition,
+        records: bytes,
+        *,
+        coordinator: bool = False,
+        verified: Collection[tuple[int, int, TopicPartition]] = (),
     ) -> AppendInfo:
         """Validate and append one partition's produce data; all or nothing.
 
@@ -246,7 +254,9 @@ class ReplicaManager:
         )
         for _, header in validated.batches:
             if header.is_transactional and not coordinator:
-                self._verify_transactional(tp, header.producer_id, header.producer_epoch)
+                key = (header.producer_id, header.producer_epoch, tp)
+                if key not in verified:
+                    self._verify_transactional(plog, header.producer_id, header.producer_epoch)
             if header.producer_id >= self.producer_ids.allocated_below:
                 raise UnknownProducerId(
                     f"{tp}: producer id {header.producer_id} was never issued by this cluster"
@@ -263,9 +273,21 @@ class ReplicaManager:
                 self.coordinator_writes.append((tp, info.last_offset + 1, leader_epoch))
         return info
 
-    def _verify_transactional(self, tp: TopicPartition, producer_id: int, epoch: int) -> None:
+    def _verify_transactional(self, plog: PartitionLog, producer_id: int, epoch: int) -> None:
         """KIP-890's late-produce defence: transactional data is accepted only for a
-        partition the coordinator has in the producer's open transaction."""
+        partition the coordinator has in the producer's open transaction.
+
+        In a cluster whose coordinator for this producer is another broker, the produce
+        handler asked it first (`transactions_to_verify`, AddPartitionsToTxn verify-only);
+        later batches of the same transaction here need no new check."""
+        tp = plog.tp
+        if self.clustered and not self.txn_known(producer_id):
+            if self._in_open_transaction(plog, producer_id, epoch):
+                return
+            raise InvalidTxnState(
+                f"{tp}: producer {producer_id} epoch {epoch}: the transaction was not verified "
+                "with its coordinator"
+            )
         code = self.txn_verifier(producer_id, epoch, tp)
         if code == ErrorCode.none:
             return
@@ -275,6 +297,32 @@ class ReplicaManager:
         if code == ErrorCode.invalid_producer_id_mapping:
             raise InvalidProducerIdMapping(message)
         raise InvalidTxnState(message)
+
+    @staticmethod
+    def _in_open_transaction(plog: PartitionLog, producer_id: int, epoch: int) -> bool:
+        entry = plog.producer_state.producers.get(producer_id)
+        return (
+            entry is not None
+            and entry.producer_epoch == epoch
+            and producer_id in plog.producer_state.ongoing_transactions()
+        )
+
+    def transactions_to_verify(
+        self, tp: TopicPartition, records: bytes
+    ) -> tuple[int, int] | None:
+        """In a cluster: (producer id, epoch) when this partition's transactional batch opens
+        a transaction here whose coordinator is another broker (it must be asked first)."""
+        if not self.clustered or len(records) < HEADER_SIZE:
+            return None
+        plog = self.logs.get(tp)
+        if plog is None:
+            return None
+        header = parse_header(records, 0)  # a bad batch is refused by the append itself
+        if not header.is_transactional or self.txn_known(header.producer_id):
+            return None
+        if self._in_open_transaction(plog, header.producer_id, header.producer_epoch):
+            return None
+        return header.producer_id, header.producer_epoch
 
     def notify_appended(self, tps: list[TopicPartition]) -> None:
         if tps:

@@ -56,6 +56,7 @@ class TxnRuntime:
         #: Set by the server: wake fetches waiting on partitions that got markers.
         self.notify: Callable[[list[TopicPartition]], None] = replicas.notify_appended
         self.clustered = replicas.clustered
+        replicas.txn_known = lambda pid: self.coordinator.transactional_id_of(pid) is not None
         #: In a cluster, set by the server: once the transaction's partition of
         #: `__transaction_state` is replicated up to the given offset (so a failover cannot
         #: lose the Prepare* record: markers never precede a durable decision), send the

@@ -66,7 +66,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.DELETE_TOPICS: (1, 5),
     ApiKey.DELETE_RECORDS: (0, 2),
     ApiKey.INIT_PRODUCER_ID: (0, 4),
-    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 3),
+    # v4 is KIP-890's broker-to-broker form (batched, verify_only); clients send v0-3.
+    ApiKey.ADD_PARTITIONS_TO_TXN: (0, 4),
     ApiKey.ADD_OFFSETS_TO_TXN: (0, 3),
     ApiKey.END_TXN: (0, 3),
     # v0-3: librdkafka sends up to 3, aiokafka 0; v4+ (KIP-890 part 2) is not offered.

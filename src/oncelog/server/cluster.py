@@ -62,6 +62,7 @@ from oncelog.server.etcd import (
 )
 from oncelog.server.replica_fetcher import ReplicaFetcher
 from oncelog.server.startup import StartupError
+from oncelog.server.txn_verifier import TxnVerifier
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,9 @@ class ClusterRuntime(ClusterAdminOps):
             )
         )
         self.fetcher = ReplicaFetcher(replicas, self._address_of)
+        self.verifier = TxnVerifier(
+            self.view, config.get_int("replica.socket.timeout.ms") / 1000, wake
+        )
         replicas.isr_change_listener = self._propose_isr
         self.store: EtcdStore | None = None
         self.lease: Lease | None = None
@@ -171,6 +175,7 @@ class ClusterRuntime(ClusterAdminOps):
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         await self.fetcher.stop()
+        self.verifier.close()
         if self.store is not None:
             if self.lease is not None:
                 # A clean stop leaves at once: the controller moves leadership now rather than
@@ -517,6 +522,11 @@ class ClusterRuntime(ClusterAdminOps):
 
         asyncio.get_running_loop().create_task(run())
         return op
+
+    def verify_transaction(
+        self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition]
+    ) -> PendingOp:
+        return self.verifier.verify(transactional_id, producer_id, epoch, partitions)
 
     def random_placement(self) -> tuple[int, int]:
         """Kafka draws the round robin's start and shift at random per topic."""

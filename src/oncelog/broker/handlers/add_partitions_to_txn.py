@@ -1,8 +1,10 @@
-"""AddPartitionsToTxn (24), v0-3: a producer names the partitions its transaction writes.
+"""AddPartitionsToTxn (24): a producer names the partitions its transaction writes.
 
-Every partition must exist, else that one gets UNKNOWN_TOPIC_OR_PARTITION and the others
-OPERATION_NOT_ATTEMPTED, as Kafka answers. v4+ (brokers verifying for each other, KIP-890)
-is not offered.
+v0-3 (clients): every partition must exist, else that one gets UNKNOWN_TOPIC_OR_PARTITION
+and the others OPERATION_NOT_ATTEMPTED, as Kafka answers. v4 (KIP-890, what brokers send
+each other) batches transactions; with `verify_only` it changes nothing and answers, per
+partition, whether it is in the producer's open transaction — a partition leader asks this
+before accepting a transaction's first batch when the coordinator is another broker.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from oncelog.types import TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if ctx.api_version >= 4:
+        return _batched(ctx, request)
     txns = ctx.broker.txns
     tps = [TopicPartition(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
     unknown = {tp for tp in tps if ctx.broker.replicas.logs.get(tp) is None}
@@ -46,3 +50,41 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             {"name": name, "results_by_partition": results} for name, results in by_topic.items()
         ],
     }
+
+
+def _batched(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    results = []
+    for txn in request.transactions:
+        tps = [TopicPartition(t.name, p) for t in txn.topics for p in t.partitions]
+        if txn.verify_only:
+            codes = {tp: _verify(ctx, txn, tp) for tp in tps}
+        else:
+            txns = ctx.broker.txns
+            result = txns.coordinator.add_partitions(
+                txn.transactional_id, txn.producer_id, txn.producer_epoch, tps
+            )
+            codes = dict.fromkeys(tps, txns.run(result))
+        by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for tp, code in codes.items():
+            by_topic[tp.topic].append(
+                {"partition_index": tp.partition, "partition_error_code": code}
+            )
+        results.append(
+            {
+                "transactional_id": txn.transactional_id,
+                "topic_results": [
+                    {"name": name, "results_by_partition": parts}
+                    for name, parts in by_topic.items()
+                ],
+            }
+        )
+    return {"throttle_time": 0, "error_code": ErrorCode.none, "results_by_transaction": results}
+
+
+def _verify(ctx: RequestContext, txn: Any, tp: TopicPartition) -> ErrorCode:
+    coordinator = ctx.broker.txns.coordinator
+    if not coordinator.owns(txn.transactional_id):
+        return ErrorCode.not_coordinator
+    if coordinator.transactional_id_of(txn.producer_id) != txn.transactional_id:
+        return ErrorCode.invalid_producer_id_mapping
+    return ErrorCode(coordinator.verify_partition(txn.producer_id, txn.producer_epoch, tp))

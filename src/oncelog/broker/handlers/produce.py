@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError, NotEnoughReplicas
+from oncelog.storage.partition_log import AppendInfo
 from oncelog.storage.validator import KeylessRecords
 from oncelog.types import TopicPartition
 
@@ -28,6 +30,103 @@ log = logging.getLogger(__name__)
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
+    asks = _verifications(ctx, request)
+    if not asks:
+        return _produce(ctx, request, frozenset(), {})
+    return _after_verification(ctx, request, asks)
+
+
+#: Coordinator trouble during verification: Kafka answers the produce with a retriable error.
+_RETRIABLE_VERIFICATION = {
+    ErrorCode.not_coordinator,
+    ErrorCode.coordinator_not_available,
+    ErrorCode.coordinator_load_in_progress,
+    ErrorCode.request_timed_out,
+    ErrorCode.concurrent_transactions,
+}
+
+
+class _Unverified(Exception):
+    """The transaction's coordinator (another broker) did not confirm this partition."""
+
+    def __init__(self, code: ErrorCode, tp: TopicPartition) -> None:
+        super().__init__(f"{tp}: the transaction's coordinator did not confirm it ({code.name})")
+        self.error_code = code
+
+
+def _verifications(ctx: RequestContext, request: Any) -> list[tuple[PendingOp, int, int]]:
+    """In a cluster: ask the coordinators of transactions that open here first (KIP-890)."""
+    replicas, ops = ctx.broker.replicas, ctx.broker.cluster_ops
+    txn_id = getattr(request, "transactional_id", None)
+    if ops is None or not txn_id or request.acks == 0:
+        return []
+    wanted: dict[tuple[int, int], list[TopicPartition]] = {}
+    for topic in request.topic_data:
+        for pdata in topic.partition_data:
+            tp = TopicPartition(topic.name, pdata.index)
+            producer = replicas.transactions_to_verify(tp, pdata.records or b"")
+            if producer is not None:
+                wanted.setdefault(producer, []).append(tp)
+    return [
+        (ops.verify_transaction(txn_id, pid, epoch, tps), pid, epoch)
+        for (pid, epoch), tps in wanted.items()
+    ]
+
+
+def _after_verification(
+    ctx: RequestContext, request: Any, asks: list[tuple[PendingOp, int, int]]
+) -> Delayed:
+    """Wait for the coordinators' answers, then produce (which may wait again, acks=all)."""
+    inner: list[Delayed] = []
+    producing: list[bool] = []
+
+    def attempt(force: bool) -> Any:
+        if inner:
+            return inner[0].try_complete(force)
+        if producing:
+            return None  # woken by our own appends while producing below
+        if not force and not all(op.done for op, _, _ in asks):
+            return None
+        producing.append(True)
+        verified: set[tuple[int, int, TopicPartition]] = set()
+        refused: dict[TopicPartition, ErrorCode] = {}
+        for op, pid, epoch in asks:
+            codes = op.result if isinstance(op.result, dict) else {}
+            for tp, code in codes.items():
+                if code == ErrorCode.none:
+                    verified.add((pid, epoch, tp))
+                else:
+                    refused[tp] = (
+                        ErrorCode.not_enough_replicas
+                        if code in _RETRIABLE_VERIFICATION
+                        else ErrorCode(code)
+                    )
+            if not op.done or op.error is not None:
+                for tp in op.key[-1] if isinstance(op.key, tuple) else ():
+                    refused.setdefault(tp, ErrorCode.not_enough_replicas)
+        try:
+            answer = _produce(ctx, request, frozenset(verified), refused)
+        finally:
+            producing.clear()
+        if isinstance(answer, Delayed):
+            inner.append(answer)
+            return answer.try_complete(force)
+        return answer
+
+    tps = tuple(
+        TopicPartition(t.name, p.index) for t in request.topic_data for p in t.partition_data
+    )
+    timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
+    deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
+    return Delayed(attempt, deadline, tuple(op.key for op, _, _ in asks) + tps)
+
+
+def _produce(
+    ctx: RequestContext,
+    request: Any,
+    verified: frozenset[tuple[int, int, TopicPartition]],
+    refused: dict[TopicPartition, ErrorCode],
+) -> Any:
     replicas = ctx.broker.replicas
     acks = request.acks
     responses: list[dict[str, Any]] = []
@@ -48,39 +147,14 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 "record_errors": [],
                 "error_message": None,
             }
-            try:
-                if acks not in (0, 1, -1):
-                    raise _invalid_acks(acks)
-                if acks == -1:
-                    _check_min_isr(replicas, tp)
-                info = replicas.append(tp, pdata.records or b"")
-                if info.duplicate:
-                    ctx.broker.metrics.duplicate_batches += 1
-                entry.update(
-                    base_offset=info.base_offset,
-                    log_append_time=info.log_append_time,
-                    log_start_offset=info.log_start_offset,
-                )
+            info = _append_partition(ctx, tp, pdata.records or b"", acks, verified, refused, entry)
+            if info is None:
+                failed = True
+            else:
                 appended.append(tp)
                 if acks == -1 and replicas.clustered:
                     epoch = replicas.leader_epoch(tp)
                     waiting.append((tp, info.last_offset + 1, epoch, entry))
-            except KeylessRecords as exc:
-                failed = True
-                log.debug("produce to %s refused: %s", tp, exc)
-                # Kafka names each refused record by its index in the batch (KIP-467).
-                entry.update(
-                    error_code=exc.code,
-                    error_message=exc.kafka_message(str(tp)),
-                    record_errors=[
-                        {"batch_index": index, "batch_index_error_message": why}
-                        for index, why in exc.record_errors(str(tp))
-                    ],
-                )
-            except KafkaError as exc:
-                failed = True
-                log.debug("produce to %s refused: %s", tp, exc)
-                entry.update(error_code=exc.code, error_message=str(exc) or None)
             partitions.append(entry)
         responses.append({"name": topic.name, "partition_responses": partitions})
     replicas.notify_appended(appended)
@@ -100,8 +174,57 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     ready = attempt(False)
     if ready is not None:
         return ready
-    deadline = ctx.broker.clock.monotonic_ms() + max(0, int(request.timeout.total_seconds() * 1000))
+    timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
+    deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
     return Delayed(attempt, deadline, tuple(tp for tp, *_ in waiting))
+
+
+def _append_partition(
+    ctx: RequestContext,
+    tp: TopicPartition,
+    records: bytes,
+    acks: int,
+    verified: frozenset[tuple[int, int, TopicPartition]],
+    refused: dict[TopicPartition, ErrorCode],
+    entry: dict[str, Any],
+) -> AppendInfo | None:
+    """Append one partition's data and fill its answer; None when it was refused."""
+    replicas = ctx.broker.replicas
+    try:
+        if acks not in (0, 1, -1):
+            raise _invalid_acks(acks)
+        if tp in refused:
+            raise _Unverified(refused[tp], tp)
+        if acks == -1:
+            _check_min_isr(replicas, tp)
+        info: AppendInfo = replicas.append(tp, records, verified=verified)
+    except _Unverified as exc:
+        entry.update(error_code=exc.error_code, error_message=str(exc))
+        return None
+    except KeylessRecords as exc:
+        log.debug("produce to %s refused: %s", tp, exc)
+        # Kafka names each refused record by its index in the batch (KIP-467).
+        entry.update(
+            error_code=exc.code,
+            error_message=exc.kafka_message(str(tp)),
+            record_errors=[
+                {"batch_index": index, "batch_index_error_message": why}
+                for index, why in exc.record_errors(str(tp))
+            ],
+        )
+        return None
+    except KafkaError as exc:
+        log.debug("produce to %s refused: %s", tp, exc)
+        entry.update(error_code=exc.code, error_message=str(exc) or None)
+        return None
+    if info.duplicate:
+        ctx.broker.metrics.duplicate_batches += 1
+    entry.update(
+        base_offset=info.base_offset,
+        log_append_time=info.log_append_time,
+        log_start_offset=info.log_start_offset,
+    )
+    return info
 
 
 def _replicated(
