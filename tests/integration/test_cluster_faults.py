@@ -732,3 +732,44 @@ def test_etcd_paused_while_producing_loses_nothing(
         check_exactly_once(stream.acked, got)
         assert sum(len(v) for v in got.values()) == stream.sent
         c.check_replicas_identical(topic)
+
+
+# -- 7. the log start across leaders ---------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_deleted_records_stay_deleted_when_the_leader_changes(tmp_path: Path) -> None:
+    """DeleteRecords moves the leader's log start; followers follow it (Kafka's follower
+    takes the leader's log start from each fetch), so a new leader does not serve again
+    what was deleted."""
+    topic = "deleted"
+    with Cluster(tmp_path, overrides=NO_REBALANCE) as cluster:
+        cluster.create_topic(topic, assignment=[[1, 2, 3]], configs={"segment.bytes": "4096"})
+        cluster.wait_isr_full(topic)
+        sent = Sent()
+        p = producer(cluster.bootstrap, linger_ms=0)
+        for v in range(200):  # one batch each, about 30 segments
+            p.produce(
+                topic, value=str(v).encode().ljust(100), partition=0, on_delivery=sent.callback
+            )
+            p.flush(10)
+        assert sorted(sent.acked.values()) == list(range(200))
+        admin = cluster.admin()
+        futures = admin.delete_records([KafkaTopicPartition(topic, 0, 150)])
+        for future in futures.values():
+            assert future.result(15).low_watermark == 150
+        time.sleep(1)  # followers fetch a few times (replica.fetch.wait.max.ms 200)
+
+        cluster.brokers[1].kill()
+        cluster.wait_for(lambda: cluster.leader(topic, 0, via=[2, 3]) in (2, 3), 30, "new leader")
+        consumer = Consumer({"bootstrap.servers": cluster.bootstrap_of([2, 3]), "group.id": "x"})
+        try:
+            low, high = consumer.get_watermark_offsets(KafkaTopicPartition(topic, 0), timeout=10)
+        finally:
+            consumer.close()
+        assert (low, high) == (150, 200)
+        assert read_values(cluster.bootstrap_of([2, 3]), topic) == list(range(150, 200))
+        cluster.brokers[1].start()
+        send(p, topic, range(200, 210), sent)
+        assert read_values(cluster.bootstrap, topic) == list(range(150, 210))
+        cluster.check_replicas_identical(topic)

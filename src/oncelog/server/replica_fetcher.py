@@ -8,7 +8,8 @@ Each loop serves the partitions this broker follows on one leader:
 2. Fetching partitions are fetched together, as a follower (`replica_id` = this broker),
    at their log end with the leader epoch they know; the leader long-polls up to
    `replica.fetch.wait.max.ms`. Batches are appended byte for byte; the follower's high
-   watermark follows the leader's.
+   watermark and log start follow the leader's (so what DeleteRecords removed stays
+   removed under the next leader).
 3. A fenced or stale epoch, or a leader that is no longer leader, parks the partition until
    etcd's newer state arrives (`follow` again). A leader that cannot be reached is retried
    after `replica.fetch.backoff.ms`.
@@ -257,6 +258,11 @@ class ReplicaFetcher:
             replica.follower.new_leader(replica.follower.leader_id, replica.follower.leader_epoch)
             return
         plog.set_high_watermark(follower_high_watermark(p.high_watermark, plog.log_end_offset))
+        # The leader's log start (DeleteRecords, retention) is the follower's too, as in
+        # Kafka's fetcher; never past our high watermark (the rest comes with later fetches).
+        start = min(p.log_start_offset, plog.high_watermark)
+        if start > plog.log_start_offset:
+            plog.delete_records_before(start)
 
     def _out_of_range(self, replica: Partition, p: Any) -> None:
         """Our end is outside the leader's log: below its start (retention moved on), we start
