@@ -40,15 +40,18 @@ from tests.cluster_process import Cluster
 from tests.integration.proxy import DroppingProxy
 from tests.integration.rawclient import (
     FETCH,
+    LIST_OFFSETS,
     PRODUCE,
     RawClient,
     decode_response,
+    list_offsets_body,
     produce_body,
     request,
 )
 from tests.integration.test_cluster_failover import check_exactly_once
 
 OFFSET_FOR_LEADER_EPOCH = 23
+DELETE_RECORDS = 21
 #: Leadership stays where the test put it (no preferred-leader moves in the middle).
 NO_REBALANCE = {"auto.leader.rebalance.enable": "false"}
 
@@ -398,6 +401,14 @@ def test_divergent_log_of_a_dead_leader_is_truncated_to_the_epoch_boundary(
             send(lone, topic, range(1000, 1010), alone, flush=10)
             assert sorted(alone.acked) == list(range(1000, 1010)), alone.failed
             assert sorted(alone.acked.values()) == list(range(20, 30))
+            # Beyond the high watermark: not offered to consumers (ListOffsets, Fetch).
+            port = cluster.brokers[1].port
+            with RawClient(port) as client:
+                listed = client.call(LIST_OFFSETS, 7, list_offsets_body(topic, [0]))
+            assert listed.topics[0].partitions[0].offset == 20
+            fetched = raw(port, FETCH, 12, fetch_body(topic, 20)).responses[0].partitions[0]
+            assert (fetched.error_code, fetched.high_watermark) == (0, 20)
+            assert not fetched.records
             cluster.brokers[1].kill()
         finally:
             cluster.resume(2, 3)
@@ -695,6 +706,20 @@ def test_replica_requests_from_strangers_and_stale_or_future_epochs(tmp_path: Pa
         assert read_values(cluster.bootstrap, topic) == list(range(30))
         cluster.check_replicas_identical(topic)
 
+        # DeleteRecords is the leader's to take (Kafka: NOT_LEADER_OR_FOLLOWER elsewhere).
+        body = {
+            "topics": [{"name": topic, "partitions": [{"partition_index": 0, "offset": 5}]}],
+            "timeout": 5000,
+        }
+        answer = raw(cluster.brokers[1].port, DELETE_RECORDS, 2, body)
+        code = answer.topics[0].partitions[0].error_code
+        if code == ErrorCode.none:
+            pytest.xfail(
+                "handlers/delete_records.py takes DeleteRecords on a follower (no leader "
+                "check): the follower's log start moves alone"
+            )
+        assert code == ErrorCode.not_leader_or_follower
+
 
 @pytest.mark.timeout(120)
 @pytest.mark.parametrize(
@@ -772,4 +797,44 @@ def test_deleted_records_stay_deleted_when_the_leader_changes(tmp_path: Path) ->
         cluster.brokers[1].start()
         send(p, topic, range(200, 210), sent)
         assert read_values(cluster.bootstrap, topic) == list(range(150, 210))
+        cluster.check_replicas_identical(topic)
+
+
+# -- 8. a slow follower --------------------------------------------------------------------
+
+
+@pytest.mark.timeout(120)
+def test_follower_paused_past_the_lag_time_leaves_the_isr_and_rejoins(tmp_path: Path) -> None:
+    """A follower that hangs (but keeps its session) is dropped from the ISR by its leader
+    after replica.lag.time.max.ms, so acks=all goes on with min.insync.replicas 2; back, it
+    catches up and the leader takes it into the ISR again."""
+    topic = "slow"
+    overrides = {**NO_REBALANCE, "broker.session.timeout.ms": "15000"}
+    with Cluster(tmp_path, overrides=overrides) as cluster:
+        cluster.create_topic(topic, assignment=[[1, 2, 3]], configs={"min.insync.replicas": "2"})
+        cluster.wait_isr_full(topic)
+        stream = Stream(cluster.bootstrap, topic, 500).start()
+        time.sleep(1)
+        cluster.pause(3)
+        paused = time.monotonic()
+        try:
+            cluster.wait_for(
+                lambda: cluster.partitions(topic, via=[1])[0][2] == [1, 2], 15, "ISR [1, 2]"
+            )
+            shrunk = time.monotonic()
+            time.sleep(2)
+        finally:
+            cluster.resume(3)
+        resumed = time.monotonic()
+        wait_isr_agreed(cluster, topic, STALE_ISR_VIEW)
+        time.sleep(1)
+        stream.stop()
+        assert not stream.errors and stream.left == 0, stream.errors[:5]
+        assert 3.5 < shrunk - paused < 10, shrunk - paused
+        during = [t for t in stream.ack_times if shrunk < t < resumed]
+        assert len(during) > 500, f"only {len(during)} acknowledged with the ISR at [1, 2]"
+        assert re.search(r"slow-0: proposing ISR \[1, 2\] \(was \[1, 2, 3\]\)", log_of(cluster, 1))
+        got = read_all(cluster, topic)
+        check_exactly_once(stream.acked, got)
+        assert len(got[0]) == stream.sent
         cluster.check_replicas_identical(topic)
