@@ -142,7 +142,10 @@ def run_topics(args: argparse.Namespace) -> int:
                     manual = replica_assignment(args.replica_assignment)
                 except ValueError as exc:
                     return fail(str(exc), 2)
-                topic = NewTopic(args.topic, -1, -1, replica_assignment=manual, config=configs)
+                # confluent-kafka wants the count with an assignment (it sends -1 itself).
+                topic = NewTopic(
+                    args.topic, len(manual), replica_assignment=manual, config=configs
+                )
             else:
                 topic = NewTopic(
                     args.topic, args.partitions, args.replication_factor, config=configs
