@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka import KafkaProducer
 
 from tests.cluster_process import Cluster
@@ -26,6 +28,35 @@ COUNT = 60_000
 RATE = 5_000
 
 
+def kill_leaders(cluster: Cluster, stop: threading.Event, kills: list[int]) -> None:
+    """Every 2.5 s SIGKILL the leader of the next partition, restart it a second later."""
+    partition = 0
+    while not stop.wait(2.5):
+        leader = cluster.leader(TOPIC, partition % PARTITIONS)
+        partition += 1
+        if leader < 0:
+            continue
+        cluster.brokers[leader].kill()
+        kills.append(leader)
+        time.sleep(1.0)
+        cluster.brokers[leader].start()
+
+
+def read_along(cluster: Cluster, stop: threading.Event, seen: list[tuple[int, int, int]]) -> None:
+    """Consume every partition from the start until `stop`: (partition, offset, value)."""
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap, "group.id": "along", "enable.auto.commit": False}
+    )
+    consumer.assign([KafkaTopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
+    try:
+        while not stop.is_set():
+            for msg in consumer.consume(1000, 0.2):
+                if msg.error() is None:
+                    seen.append((msg.partition(), msg.offset(), int(msg.value())))
+    finally:
+        consumer.close()
+
+
 @pytest.mark.timeout(240)
 def test_kafka_python_idempotent_producer_across_leader_kills(tmp_path: Path) -> None:
     with Cluster(tmp_path) as cluster:
@@ -36,18 +67,6 @@ def test_kafka_python_idempotent_producer_across_leader_kills(tmp_path: Path) ->
         lock = threading.Lock()
         stop = threading.Event()
         kills: list[int] = []
-
-        def killer() -> None:
-            partition = 0
-            while not stop.wait(2.5):
-                leader = cluster.leader(TOPIC, partition % PARTITIONS)
-                partition += 1
-                if leader < 0:
-                    continue
-                cluster.brokers[leader].kill()
-                kills.append(leader)
-                time.sleep(1.0)
-                cluster.brokers[leader].start()
 
         def ok(value: int, metadata: Any) -> None:
             with lock:
@@ -67,8 +86,13 @@ def test_kafka_python_idempotent_producer_across_leader_kills(tmp_path: Path) ->
             delivery_timeout_ms=120_000,
             reconnect_backoff_max_ms=1000,
         )
-        thread = threading.Thread(target=killer)
+        # A consumer reads along: it may only ever see committed records, so everything it
+        # saw is in the final log at the same offset.
+        seen: list[tuple[int, int, int]] = []
+        thread = threading.Thread(target=kill_leaders, args=(cluster, stop, kills))
         thread.start()
+        reading = threading.Thread(target=read_along, args=(cluster, stop, seen))
+        reading.start()
         try:
             start = time.monotonic()
             for i in range(COUNT):
@@ -83,6 +107,7 @@ def test_kafka_python_idempotent_producer_across_leader_kills(tmp_path: Path) ->
         finally:
             stop.set()
             thread.join()
+            reading.join()
             producer.close(10)
         assert not errors, errors[:5]
         assert len(kills) >= 2, kills
@@ -90,4 +115,7 @@ def test_kafka_python_idempotent_producer_across_leader_kills(tmp_path: Path) ->
         got = read_all(cluster, TOPIC)
         check_exactly_once(acked, got)
         assert sum(len(v) for v in got.values()) == COUNT
+        assert len(seen) > COUNT // 2, len(seen)
+        wrong = [(p, o, v) for p, o, v in seen if o >= len(got[p]) or got[p][o] != v]
+        assert not wrong, f"{len(wrong)} records read that the final log has not: {wrong[:5]}"
         cluster.check_replicas_identical(TOPIC)

@@ -682,6 +682,9 @@ def test_replica_requests_from_strangers_and_stale_or_future_epochs(tmp_path: Pa
         at_follower = epoch_end(cluster.brokers[2].port, topic, 0, current_leader_epoch=0)
         assert at_follower.error_code == ErrorCode.not_leader_or_follower
         assert epoch_end(leader_port, topic, 0, current_leader_epoch=0).end_offset == 10
+        # An epoch above every one the leader knows: UNDEFINED (Kafka's endOffsetFor).
+        beyond = epoch_end(leader_port, topic, 50, current_leader_epoch=0)
+        assert (beyond.error_code, beyond.leader_epoch, beyond.end_offset) == (0, -1, -1)
 
         assert all(b.alive() for b in cluster.brokers.values())
         assert cluster.partitions(topic) == before
