@@ -319,7 +319,10 @@ def test_cluster_describe_fails_in_one_line_without_a_broker() -> None:
     done = cli("cluster", "describe", "-b", f"127.0.0.1:{port}")  # ~10 s: the tool's timeout
     assert done.returncode == 1
     assert done.stdout == ""
-    assert done.stderr == f"Error: no broker of 127.0.0.1:{port} answered within 10 s\n"
+    # Which comes first, our timeout or librdkafka's (_TIMED_OUT), varies.
+    assert len(done.stderr.splitlines()) == 1, done.stderr
+    assert done.stderr.startswith("Error: ")
+    assert "answered within 10 s" in done.stderr or "_TIMED_OUT" in done.stderr
 
 
 # -- a single node answers the same APIs -----------------------------------------------------

@@ -128,6 +128,8 @@ class ClusterAdminOps:
         """Delete the topic and its partition states in one etcd transaction."""
         op = PendingOp(key=("delete-topic", name, next(_ids)))
         key = cs.key_for_topic(name).encode()
+        seen = self.view.topics.get(name)
+        topic_id = seen.topic_id if seen is not None else None
 
         async def work() -> None:
             assert self.store is not None
@@ -135,6 +137,10 @@ class ClusterAdminOps:
                 known = await self.store.get(key)
                 if known is None:
                     raise UnknownTopicOrPartition(f"Topic {name} does not exist")
+                current = cs.TopicAssignment.from_bytes(known.value).topic_id
+                if topic_id is not None and current != topic_id:
+                    # Deleted and created again meanwhile: the topic asked for is gone.
+                    raise UnknownTopicOrPartition(f"Topic {name} ({topic_id}) does not exist")
                 if await delete_topic_keys(self.store, name, known.mod_revision):
                     log.info("deleted topic %s from etcd", name)
                     await self._seen(key, 0, present=False)
