@@ -73,7 +73,21 @@ class Cluster:
         if missing:
             tails = "\n".join(self.brokers[n].log_tail() for n in missing)
             raise RuntimeError(f"brokers {missing} did not start:\n{tails}")
+        self.wait_brokers_known()
         return self
+
+    def wait_brokers_known(self, timeout: float = 15) -> None:
+        """Every broker's Metadata lists every broker (each learns the others through its
+        etcd watch, a moment after they registered): placements see the whole cluster."""
+        everyone = set(self.brokers)
+
+        def known() -> bool:
+            return all(
+                set(self.admin([n]).list_topics(timeout=5).brokers) == everyone
+                for n in self.brokers
+            )
+
+        self.wait_for(known, timeout, "every broker knowing every broker")
 
     def close(self) -> None:
         for broker in self.brokers.values():
