@@ -83,6 +83,7 @@ class BrokerServer:
         self.clock = clock or SystemClock()
         self.replicas = ReplicaManager(config, self.clock)
         self.purgatory = Purgatory()
+        self._to_wake: set[Hashable] = set()
         self.replicas.append_listener = self._on_append
         self.groups = GroupRuntime(config, self.clock, self.replicas)
         self.groups.wake = self._on_append
@@ -237,6 +238,24 @@ class BrokerServer:
                 op.on_done(response)
 
     def _on_append(self, keys: Sequence[Hashable]) -> None:
+        """Wake the operations watching `keys` on the loop's next turn, not in the middle of
+        the handler that appended: a request being handled registers its own wait first, so
+        an append made while it is handled (say, a produce its follower fetch released) is
+        never missed by it (it would otherwise sleep until replica.fetch.wait.max.ms)."""
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # start-up work in a thread: nobody is waiting yet
+            self._wake(keys)
+            return
+        if not self._to_wake:
+            loop.call_soon(self._wake_pending)
+        self._to_wake.update(keys)
+
+    def _wake_pending(self) -> None:
+        keys, self._to_wake = self._to_wake, set()
+        self._wake(list(keys))
+
+    def _wake(self, keys: Sequence[Hashable]) -> None:
         for op, response in self.purgatory.on_append(keys):
             if op.on_done is not None:
                 op.on_done(response)
@@ -341,11 +360,16 @@ class BrokerServer:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def serve_until_stopped(self) -> None:
+    def install_signal_handlers(self) -> None:
+        """SIGTERM and SIGINT stop the broker cleanly; installed before the ready line, so
+        a signal sent as soon as it is read is never taken by the default action."""
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             with contextlib.suppress(NotImplementedError):
                 loop.add_signal_handler(sig, self._stopped.set)
+
+    async def serve_until_stopped(self) -> None:
+        self.install_signal_handlers()
         await self._stopped.wait()
         await self.stop()
 
@@ -395,6 +419,7 @@ def run(config: BrokerConfig) -> int:
         except Exception as exc:
             log.debug("start-up failed", exc_info=True)
             raise StartupError(f"start-up failed: {type(exc).__name__}: {exc}") from exc
+        server.install_signal_handlers()
         listener = config.listener
         dirs = ",".join(str(d) for d in config.log_dirs)
         print(
