@@ -1,8 +1,9 @@
 """Faults of a three-broker cluster on etcd, with real processes and real clients.
 
-1. A Produce response lost on its way back (a proxy in front of the leader drops it), then
-   the leader SIGKILLed: the retry reaches the new leader, which knows the batch from the
-   replicated producer state and answers it as a duplicate with the original offset.
+1. Produce responses lost on their way back (a proxy in front of the leader drops them,
+   five requests in flight), then the leader SIGKILLed: the retries reach the new leader,
+   which knows the batches from the replicated producer state and answers them as
+   duplicates with the original offsets.
 2. Divergent logs (KIP-101): a leader alone takes acks=1 writes, dies, a follower leads in a
    new epoch and takes other writes; the old leader comes back and truncates to the epoch
    boundary.
@@ -14,6 +15,8 @@
    one takes after SIGCONT is never acknowledged, and it becomes a follower.
 6. Bad input: replica fetches from non-replicas, stale and future leader epochs; etcd itself
    paused while producers write.
+7. DeleteRecords survives a leader change (followers take the leader's log start).
+8. A follower paused past replica.lag.time.max.ms leaves the ISR and rejoins.
 
 Every test ends with `Cluster.check_replicas_identical`.
 """
@@ -339,28 +342,35 @@ def test_dropped_response_then_leader_killed_the_retry_is_a_duplicate(tmp_path: 
             send(p, topic, range(50), sent)
             assert sorted(sent.acked) == list(range(50))
 
-            # The leader appends 50, the ISR has it (acks=all answers only then), the answer
-            # is lost.
+            # The leader appends 50..54 (five requests, as many as an idempotent producer has
+            # in flight), the ISR has them (acks=all answers only then), the answers are lost.
             proxy.configure(drop_share=1.0, close_after_drop=False)
-            send(p, topic, [50], sent, flush=None)
-            cluster.wait_for(lambda: proxy.snapshot().produce_responses_dropped >= 1, 20, "a drop")
+            lost = range(50, 55)
+            for k, v in enumerate(lost):
+                send(p, topic, [v], sent, flush=None)
+                cluster.wait_for(
+                    lambda k=k: proxy.snapshot().produce_responses_dropped > k, 20, f"drop {k}"
+                )
             p.poll(0.5)
-            assert 50 not in sent.acked and 50 not in sent.failed
+            assert not set(lost) & (set(sent.acked) | set(sent.failed))
             cluster.brokers[1].kill()
             proxy.configure(drop_share=0.0)
 
-            # The producer retries on the new leader: a duplicate, answered with the offset
+            # The producer retries on the new leader: duplicates, answered with the offsets
             # the dead leader gave.
             assert p.flush(60) == 0
-            assert 50 in sent.acked, sent.failed
-            version, payload = proxy.dropped[0]
-            _, dropped = decode_response(PRODUCE, version, payload)
-            original = dropped.responses[0].partition_responses[0]
-            assert original.error_code == 0
-            assert sent.acked[50] == original.base_offset == 50
+            assert set(lost) <= set(sent.acked), sent.failed
+            originals = []
+            for version, payload in proxy.dropped:
+                _, dropped = decode_response(PRODUCE, version, payload)
+                original = dropped.responses[0].partition_responses[0]
+                assert original.error_code == 0
+                originals.append(original.base_offset)
+            assert originals == list(lost)
+            assert [sent.acked[v] for v in lost] == list(lost)
             assert cluster.leader(topic, 0, via=[2, 3]) in (2, 3)
 
-            send(p, topic, range(51, 100), sent)
+            send(p, topic, range(55, 100), sent)
             cluster.brokers[1].start()
             assert read_values(cluster.bootstrap, topic) == list(range(100))
             assert sent.acked == {v: v for v in range(100)}
