@@ -8,13 +8,16 @@ confluent-kafka's AdminClient as any Kafka user would, and the CLI as a subproce
 
 from __future__ import annotations
 
+import base64
 import datetime
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -71,6 +74,19 @@ def produce(cluster: Cluster, topic: str, count: int, partition: int = -1) -> No
     assert not errors, errors[:3]
 
 
+def etcd_keys(cluster: Cluster, prefix: str) -> list[str]:
+    """The keys under the cluster's `/oncelog/<prefix>`, read through etcd's JSON gateway."""
+    full = f"/oncelog/{prefix}".encode()
+    end = full[:-1] + bytes([full[-1] + 1])
+    body = json.dumps(
+        {"key": base64.b64encode(full).decode(), "range_end": base64.b64encode(end).decode()}
+    ).encode()
+    url = f"http://{cluster.etcd.endpoint}/v3/kv/range"
+    with urllib.request.urlopen(urllib.request.Request(url, body), timeout=5) as resp:
+        kvs = json.loads(resp.read()).get("kvs", [])
+    return [base64.b64decode(kv["key"]).decode() for kv in kvs]
+
+
 def error_name(future_or_exc: object) -> str:
     exc = future_or_exc
     assert isinstance(exc, KafkaException), exc
@@ -124,10 +140,13 @@ def test_delete_removes_the_topic_on_every_broker(cluster: Cluster) -> None:
     produce(cluster, "doomed", 200)
     dirs = [b.data_dir / f"doomed-{p}" for b in cluster.brokers.values() for p in range(3)]
     assert all(d.is_dir() for d in dirs)
+    assert len(etcd_keys(cluster, "partitions/doomed/")) == 3
 
     admin = cluster.admin()
     admin.delete_topics(["doomed"])["doomed"].result(15)
     assert "doomed" not in admin.list_topics(timeout=10).topics
+    assert etcd_keys(cluster, "topics/doomed") == []
+    assert etcd_keys(cluster, "partitions/doomed/") == []  # one transaction took them all
     cluster.wait_for(lambda: not any(d.exists() for d in dirs), 15, "partition dirs removed")
     with pytest.raises(KafkaException) as info:
         admin.delete_topics(["doomed"])["doomed"].result(15)
