@@ -851,3 +851,77 @@ def test_follower_paused_past_the_lag_time_leaves_the_isr_and_rejoins(tmp_path: 
         check_exactly_once(stream.acked, got)
         assert len(got[0]) == stream.sent
         cluster.check_replicas_identical(topic)
+
+
+# -- 9. divergence over two epochs (KIP-279) -------------------------------------------------
+
+
+def lone_writes(cluster: Cluster, leader: int, topic: str, values: range) -> None:
+    """acks=1 writes that only `leader` gets (its followers are paused by the caller)."""
+    alone = Sent()
+    send(
+        producer(cluster.bootstrap_of([leader]), acks="1", enable_idempotence=False, linger_ms=0),
+        topic,
+        values,
+        alone,
+        flush=10,
+    )
+    assert sorted(alone.acked) == list(values), alone.failed
+
+
+@pytest.mark.timeout(150)
+def test_logs_diverging_over_two_epochs_converge_on_the_third_leader(tmp_path: Path) -> None:
+    """Leader 1 (epoch 0) and then leader 2 (epoch 1) each take writes alone and die; 3
+    leads in epoch 2 without ever having had data of epoch 1. Broker 2 asks for its epoch 1,
+    which the leader does not know: the answer is epoch 0's end, where both old leaders
+    truncate."""
+    topic = "twoepochs"
+    overrides = {
+        **NO_REBALANCE,
+        "broker.session.timeout.ms": "6000",
+        "replica.lag.time.max.ms": "30000",
+    }
+    with Cluster(tmp_path, overrides=overrides) as cluster:
+        cluster.create_topic(topic, assignment=[[1, 2, 3]])
+        cluster.wait_isr_full(topic)
+        sent = Sent()
+        send(producer(cluster.bootstrap), topic, range(10), sent)
+
+        cluster.pause(2, 3)
+        try:
+            time.sleep(1)  # the followers' fetches in flight are answered first
+            lone_writes(cluster, 1, topic, range(100, 105))  # offsets 10..14, epoch 0
+            cluster.brokers[1].kill()
+        finally:
+            cluster.resume(2, 3)
+        cluster.wait_for(lambda: cluster.leader(topic, 0, via=[2, 3]) == 2, 30, "2 leads")
+
+        cluster.pause(3)
+        try:
+            time.sleep(1)
+            lone_writes(cluster, 2, topic, range(200, 203))  # offsets 10..12, epoch 1
+            cluster.brokers[2].kill()
+        finally:
+            cluster.resume(3)
+        cluster.wait_for(lambda: cluster.leader(topic, 0, via=[3]) == 3, 30, "3 leads")
+        assert cluster.partitions(topic, via=[3])[0][2] == [3]
+        send(producer(cluster.bootstrap_of([3])), topic, range(300, 310), sent)
+
+        cluster.brokers[1].start()
+        cluster.brokers[2].start()
+        cluster.wait_isr_full(topic)
+        cluster.wait_for(
+            lambda: (
+                re.search(r"twoepochs-0: truncating from 15 to 10 ", log_of(cluster, 1))
+                and re.search(r"twoepochs-0: truncating from 13 to 10 ", log_of(cluster, 2))
+            ),
+            30,
+            "brokers 1 and 2 truncating to the end of epoch 0",
+        )
+        assert re.search(r"answered epoch 0 ends at 10", log_of(cluster, 2))
+        assert read_values(cluster.bootstrap, topic) == [*range(10), *range(300, 310)]
+        assert sorted(sent.acked) == [*range(10), *range(300, 310)]
+        cluster.check_replicas_identical(topic)
+        for node in (1, 2, 3):
+            epochs = sorted({b[2] for b in cluster.replica_batches(node, topic, 0)})
+            assert epochs == [0, 2], (node, epochs)
