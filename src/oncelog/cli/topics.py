@@ -281,11 +281,13 @@ def _partition_line(name: str, p: Any, live: set[int]) -> str:
 def _log_dirs(bootstrap: str, names: list[str]) -> dict[TopicPartition, LogDirInfo]:
     """The partitions' sizes and cleaner state, one request per broker for all topics shown;
     none (printed as `-`) when the brokers cannot say."""
-    try:
-        with Admin(bootstrap, timeout=TIMEOUT_S) as admin:
-            return admin.describe_log_dirs(names)
-    except (ClientError, OSError):
-        return {}
+    for entry in bootstrap.split(","):  # the first broker that answers (some may be down)
+        try:
+            with Admin(entry.strip(), timeout=TIMEOUT_S) as admin:
+                return admin.describe_log_dirs(names)
+        except (ClientError, OSError):
+            continue
+    return {}
 
 
 def _storage(info: LogDirInfo | None, compacted: bool) -> str:
