@@ -160,6 +160,30 @@ def test_delete_removes_the_topic_on_every_broker(cluster: Cluster) -> None:
     cluster.check_replicas_identical("doomed", 30)
 
 
+@pytest.mark.timeout(60)
+def test_internal_topics_cannot_be_deleted(cluster: Cluster) -> None:
+    from confluent_kafka import Consumer
+
+    consumer = Consumer(
+        {"bootstrap.servers": cluster.bootstrap, "group.id": "makes-offsets", "log_level": 0}
+    )
+    try:
+        consumer.subscribe(["explicit"])
+        admin = cluster.admin()
+
+        def offsets_topic() -> bool:
+            consumer.poll(0.2)  # the group's FindCoordinator creates it
+            return "__consumer_offsets" in admin.list_topics(timeout=5).topics
+
+        cluster.wait_for(offsets_topic, 30, "__consumer_offsets")
+    finally:
+        consumer.close()
+    with pytest.raises(KafkaException) as info:
+        admin.delete_topics(["__consumer_offsets"])["__consumer_offsets"].result(15)
+    assert error_name(info.value) == "INVALID_REQUEST"
+    assert "__consumer_offsets" in admin.list_topics(timeout=10).topics
+
+
 # -- CreatePartitions ----------------------------------------------------------------------------
 
 
