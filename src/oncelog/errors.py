@@ -208,3 +208,11 @@ class LeaderNotAvailable(KafkaError):
 
 class RequestTimedOut(KafkaError):
     code = ErrorCode.request_timed_out
+
+
+class InvalidReplicaAssignment(KafkaError):
+    code = ErrorCode.invalid_replica_assignment
+
+
+class NotController(KafkaError):
+    code = ErrorCode.not_controller

@@ -15,6 +15,7 @@ from oncelog.errors import (
     ElectionNotNeeded,
     EligibleLeadersNotAvailable,
     InvalidPartitions,
+    InvalidReplicaAssignment,
     InvalidReplicationFactor,
     InvalidRequest,
     PreferredLeaderNotAvailable,
@@ -463,7 +464,7 @@ def test_create_topic_assignment_uses_placement() -> None:
         c.create_topic_assignment("x", 1, 6, {}, 0, 0)
     manual = c.create_topic_assignment("m", -1, -1, {}, 0, 0, manual=[[4, 0]])
     assert manual.replicas == ((4, 0),)
-    with pytest.raises(InvalidRequest):
+    with pytest.raises(InvalidReplicaAssignment):
         c.create_topic_assignment("m", -1, -1, {}, 0, 0, manual=[[9]])
 
 
@@ -477,9 +478,9 @@ def test_add_partitions_and_the_new_ones_get_states() -> None:
         c.add_partitions("t", 5)
     with pytest.raises(UnknownTopicOrPartition):
         c.add_partitions("nope", 5)
-    with pytest.raises(InvalidRequest, match="by 1 but 2 assignments"):
+    with pytest.raises(InvalidReplicaAssignment, match="by 1 but 2 assignments"):
         c.add_partitions("t", 6, manual=[[0, 1, 2], [1, 2, 3]])
-    with pytest.raises(InvalidRequest, match="which have 3 replica"):
+    with pytest.raises(InvalidReplicaAssignment, match="which have 3 replica"):
         c.add_partitions("t", 6, manual=[[0, 1]])
     assert c.add_partitions("t", 6, manual=[[4, 3, 2]]).replicas[5] == (4, 3, 2)
 

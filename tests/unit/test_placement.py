@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from oncelog.errors import InvalidPartitions, InvalidReplicationFactor, InvalidRequest
+from oncelog.errors import InvalidPartitions, InvalidReplicaAssignment, InvalidReplicationFactor
 from oncelog.metadata.placement import (
     add_partitions_start_index,
     assign_replicas,
@@ -100,5 +100,5 @@ def test_manual_assignment_accepted() -> None:
     ],
 )
 def test_manual_assignment_refused(assignment: list[list[int]], rf: int | None, match: str) -> None:
-    with pytest.raises(InvalidRequest, match=match):
+    with pytest.raises(InvalidReplicaAssignment, match=match):
         validate_manual_assignment(assignment, [1, 2, 3], rf)

@@ -40,8 +40,6 @@ class ClusterOps(Protocol):
         internal: bool,
     ) -> PendingOp: ...
 
-    def delete_topic(self, name: str) -> PendingOp: ...
-
     def verify_transaction(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition]
     ) -> PendingOp:

@@ -43,6 +43,7 @@ from oncelog.errors import (
     ElectionNotNeeded,
     EligibleLeadersNotAvailable,
     InvalidPartitions,
+    InvalidReplicaAssignment,
     InvalidRequest,
     KafkaError,
     PreferredLeaderNotAvailable,
@@ -466,7 +467,7 @@ class Controller:
         rf = len(current.replicas[0])
         if manual is not None:
             if len(manual) != total - count:
-                raise InvalidRequest(
+                raise InvalidReplicaAssignment(
                     f"Increasing the number of partitions by {total - count} but "
                     f"{len(manual)} assignments provided."
                 )

@@ -12,7 +12,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from oncelog.errors import InvalidPartitions, InvalidReplicationFactor, InvalidRequest
+from oncelog.errors import (
+    InvalidPartitions,
+    InvalidReplicaAssignment,
+    InvalidReplicationFactor,
+)
 
 Assignment = tuple[tuple[int, ...], ...]
 
@@ -75,30 +79,31 @@ def validate_manual_assignment(
 ) -> None:
     """Refuse a CreateTopics/CreatePartitions replica assignment Kafka would refuse.
 
-    Kafka answers INVALID_REPLICA_ASSIGNMENT; oncelog.errors has no class for it yet, so
-    this is INVALID_REQUEST with Kafka's messages (ReplicationControlManager's).
+    INVALID_REPLICA_ASSIGNMENT with Kafka's messages (ReplicationControlManager's).
     `replication_factor` is that of the partitions already there, else partition 0's.
     """
     live = set(live_brokers)
     expected = replication_factor
     for replicas in assignment:
         if not replicas:
-            raise InvalidRequest("The manual partition assignment includes an empty replica list.")
+            raise InvalidReplicaAssignment(
+                "The manual partition assignment includes an empty replica list."
+            )
         previous = None
         for broker in sorted(replicas):
             if broker not in live:
-                raise InvalidRequest(
+                raise InvalidReplicaAssignment(
                     f"The manual partition assignment includes broker {broker}, but no such "
                     "broker is registered."
                 )
             if broker == previous:
-                raise InvalidRequest(
+                raise InvalidReplicaAssignment(
                     f"The manual partition assignment includes the broker {broker} more than once."
                 )
             previous = broker
         expected = len(replicas) if expected is None else expected
         if len(replicas) != expected:
-            raise InvalidRequest(
+            raise InvalidReplicaAssignment(
                 f"The manual partition assignment includes a partition with {len(replicas)} "
                 "replica(s), but this is not consistent with previous partitions, which have "
                 f"{expected} replica(s)."

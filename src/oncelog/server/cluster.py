@@ -506,23 +506,6 @@ class ClusterRuntime(ClusterAdminOps):
         asyncio.get_running_loop().create_task(run())
         return op
 
-    def delete_topic(self, name: str) -> PendingOp:
-        op = PendingOp(key=("delete-topic", name))
-
-        async def run() -> None:
-            assert self.store is not None
-            try:
-                await self.store.delete(cs.key_for_topic(name).encode())
-                for p in [tp for tp in self.view.partitions if tp.topic == name]:
-                    await self.store.delete(cs.key_for_partition(name, p.partition).encode())
-                op.finish(None)
-            except EtcdError as exc:
-                op.finish(UnknownServerError(f"etcd did not delete the topic: {exc}"))
-            self.wake([op.key])
-
-        asyncio.get_running_loop().create_task(run())
-        return op
-
     def verify_transaction(
         self, transactional_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition]
     ) -> PendingOp:

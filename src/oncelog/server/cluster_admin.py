@@ -27,13 +27,10 @@ import logging
 from collections.abc import Callable, Coroutine, Hashable, Iterable, Sequence
 from typing import Any
 
-import aetcd.transactions as txn
-import aetcd.utils
-
 from oncelog.broker.cluster_view import ClusterView, PendingOp
-from oncelog.broker.handlers.elect_leaders import NotController
 from oncelog.errors import (
     KafkaError,
+    NotController,
     RequestTimedOut,
     UnknownServerError,
     UnknownTopicOrPartition,
@@ -57,22 +54,13 @@ async def delete_topic_keys(
     store: EtcdStore, name: str, topic_mod_revision: int, *, timeout_s: float | None = None
 ) -> bool:
     """Delete `topics/<name>` and everything under `partitions/<name>/` in one transaction,
-    if the topic key is still at `topic_mod_revision`; False if it was not.
-
-    A store-level helper: it belongs in `EtcdStore` (as `delete_tree`) and uses the store's
-    transaction wrapper until it moves there.
-    """
-    root = store._root
-    topic_key = root + cs.key_for_topic(name).encode()
-    prefix = root + cs.prefix_for_partitions(name).encode()
-    ok, _ = await store._txn(
-        "delete topic",
-        [txn.Mod(topic_key) == topic_mod_revision],
-        [txn.Delete(topic_key), txn.Delete(prefix, aetcd.utils.prefix_range_end(prefix))],
-        [],
-        timeout_s,
+    if the topic key is still at `topic_mod_revision`; False if it was not."""
+    return await store.delete_tree(
+        cs.key_for_topic(name).encode(),
+        topic_mod_revision,
+        cs.prefix_for_partitions(name).encode(),
+        timeout_s=timeout_s,
     )
-    return ok
 
 
 class ClusterAdminOps:

@@ -331,6 +331,20 @@ class EtcdStore:
         return await self._delete_if("delete", txn.Mod(full) == expected_mod_revision, full,
                                      timeout_s)  # fmt: skip
 
+    async def delete_tree(
+        self, key: bytes, expected_mod_revision: int, prefix: bytes, *,
+        timeout_s: float | None = None,
+    ) -> bool:  # fmt: skip
+        """Delete `key` and every key under `prefix` in one transaction, if `key` is still
+        at `expected_mod_revision`; False if it was not (a topic and its partitions)."""
+        full, under = self._root + key, self._root + prefix
+        ok, _ = await self._txn(
+            "delete tree", [txn.Mod(full) == expected_mod_revision],
+            [txn.Delete(full), txn.Delete(under, aetcd.utils.prefix_range_end(under))], [],
+            timeout_s,
+        )  # fmt: skip
+        return ok
+
     async def _delete_if(self, what: str, compare: Any, full: bytes, t: float | None) -> bool:
         ok, responses = await self._txn(what, [compare], [txn.Delete(full)], [], t)
         return ok and int(responses[0].response_delete_range.deleted) > 0

@@ -34,6 +34,7 @@ from oncelog.types import TopicPartition
 log = logging.getLogger(__name__)
 
 FETCH_VERSION = 12
+STOP_TIMEOUT_S = 5.0
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 
 
@@ -84,9 +85,9 @@ class ReplicaFetcher:
     async def stop(self) -> None:
         for task in self._loops.values():
             task.cancel()
-        for task in self._loops.values():
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        if self._loops:
+            # Bounded: a loop must never hold up the broker's shutdown.
+            await asyncio.wait(self._loops.values(), timeout=STOP_TIMEOUT_S)
         self._loops.clear()
 
     # -- one loop per leader -------------------------------------------------------------------
@@ -121,11 +122,13 @@ class ReplicaFetcher:
                     self._errored.discard(leader_id)
                     await asyncio.sleep(self.backoff_s)
             except PeerUnavailable as exc:
+                _raise_if_cancelling()
                 log.info("replica fetcher: leader %d unavailable: %s", leader_id, exc)
                 await asyncio.sleep(self.backoff_s)
             except asyncio.CancelledError:
                 raise
             except Exception:
+                _raise_if_cancelling()
                 log.exception("replica fetcher for leader %d failed; retrying", leader_id)
                 await asyncio.sleep(self.backoff_s)
 
@@ -294,6 +297,14 @@ class ReplicaFetcher:
             follower.move(FollowerPhase.WAITING)
         else:
             follower.new_leader(follower.leader_id, follower.leader_epoch)
+
+
+def _raise_if_cancelling() -> None:
+    """On Python 3.11 `wait_for` may surface the peer's error instead of our cancellation
+    when both happen at once; a loop being cancelled must stop, not retry."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError
 
 
 def _follows(replica: Partition, leader_id: int) -> bool:

@@ -25,14 +25,11 @@ from oncelog.broker.replica_manager import MAX_PARTITIONS_PER_TOPIC
 from oncelog.errors import (
     ErrorCode,
     InvalidPartitions,
+    InvalidReplicaAssignment,
     InvalidRequest,
     KafkaError,
     UnknownTopicOrPartition,
 )
-
-
-class InvalidReplicaAssignment(KafkaError):
-    code = ErrorCode.invalid_replica_assignment
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:

@@ -24,6 +24,7 @@ from oncelog.errors import (
     ErrorCode,
     InvalidRequest,
     KafkaError,
+    NotController,
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
@@ -32,9 +33,6 @@ from oncelog.types import TopicPartition
 PREFERRED = 0
 UNCLEAN = 1
 
-
-class NotController(KafkaError):
-    code = ErrorCode.not_controller
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
