@@ -23,6 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from oncelog.protocol.records.batch import iter_batches
 from tests.broker_process import BrokerProcess
 from tests.etcd_server import EtcdServer
+from tests.integration.rawclient import METADATA, Closed, RawClient, metadata_body
 
 #: Short timeouts so failures are seen in seconds, not Kafka's tens of seconds.
 FAST = {
@@ -82,10 +83,12 @@ class Cluster:
         everyone = set(self.brokers)
 
         def known() -> bool:
-            return all(
-                set(self.admin([n]).list_topics(timeout=5).brokers) == everyone
-                for n in self.brokers
-            )
+            for broker in self.brokers.values():
+                with RawClient(broker.port, timeout=5) as client:
+                    answer = client.call(METADATA, 12, metadata_body([]))
+                if {b.node_id for b in answer.brokers} != everyone:
+                    return False
+            return True
 
         self.wait_for(known, timeout, "every broker knowing every broker")
 
@@ -148,13 +151,36 @@ class Cluster:
     def partitions(
         self, topic: str, via: Iterable[int] | None = None
     ) -> dict[int, tuple[int, list[int], list[int]]]:
-        """partition -> (leader, replicas, isr) from Metadata (asked of `via` if given: a
-        paused broker never answers)."""
-        md = self.admin(via).list_topics(topic, timeout=10)
+        """partition -> (leader, replicas, isr) from Metadata. With `via`, asked of those
+        brokers only, the first that answers (a paused broker never does), on a connection
+        of its own: a client would ask whichever broker it likes once it knows them all."""
+        if via is not None:
+            return self._partitions_via(topic, via)
+        md = self.admin().list_topics(topic, timeout=10)
         t = md.topics.get(topic)
         if t is None or t.error is not None:
             return {}
         return {p.id: (p.leader, list(p.replicas), list(p.isrs)) for p in t.partitions.values()}
+
+    def _partitions_via(
+        self, topic: str, via: Iterable[int]
+    ) -> dict[int, tuple[int, list[int], list[int]]]:
+        failures = []
+        for node in via:
+            try:
+                with RawClient(self.brokers[node].port, timeout=5) as client:
+                    answer = client.call(METADATA, 12, metadata_body([topic]))
+            except (OSError, Closed) as exc:
+                failures.append(f"broker {node}: {exc!r}")
+                continue
+            found = [t for t in answer.topics if t.name == topic and t.error_code in (0, 5)]
+            if not found:
+                return {}
+            return {
+                p.partition_index: (p.leader_id, list(p.replica_nodes), list(p.isr_nodes))
+                for p in found[0].partitions
+            }
+        raise RuntimeError(f"no Metadata answer: {failures}")
 
     def leader(self, topic: str, partition: int, via: Iterable[int] | None = None) -> int:
         return self.partitions(topic, via).get(partition, (-1, [], []))[0]

@@ -260,3 +260,102 @@ class DroppingProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class TcpRelay:
+    """A plain TCP relay (any protocol, e.g. a broker's gRPC connection to etcd) whose
+    traffic can be cut: `cut()` discards every byte both ways on open and new connections,
+    which stay open (a partition that drops packets); `heal()` closes them all and forwards
+    again, so clients reconnect to a clean stream."""
+
+    def __init__(self) -> None:
+        self.target_port = 0
+        self.listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.listener.settimeout(0.2)
+        self.port: int = self.listener.getsockname()[1]
+        self.stopping = threading.Event()
+        self.cutting = threading.Event()
+        self.lock = threading.Lock()
+        self.pairs: list[tuple[socket.socket, socket.socket]] = []
+        self.threads: list[threading.Thread] = []
+        self.acceptor = threading.Thread(target=self._accept, name="relay-accept", daemon=True)
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def start(self, target_port: int) -> TcpRelay:
+        self.target_port = target_port
+        self.acceptor.start()
+        return self
+
+    def cut(self) -> None:
+        self.cutting.set()
+
+    def heal(self) -> None:
+        with self.lock:
+            pairs, self.pairs = self.pairs, []
+            self.cutting.clear()
+        for pair in pairs:
+            for sock in pair:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
+
+    def _accept(self) -> None:
+        while not self.stopping.is_set():
+            try:
+                client, _ = self.listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port), timeout=5)
+            except OSError:
+                client.close()
+                continue
+            for sock in (client, upstream):
+                sock.settimeout(0.2)
+            with self.lock:
+                self.pairs.append((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                thread = threading.Thread(target=self._pump, args=(a, b), daemon=True)
+                self.threads.append(thread)
+                thread.start()
+
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+        try:
+            while not self.stopping.is_set():
+                try:
+                    data = source.recv(1 << 16)
+                except TimeoutError:
+                    continue
+                if not data:
+                    break
+                if not self.cutting.is_set():
+                    sink.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (source, sink):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self, timeout: float = 5.0) -> None:
+        self.stopping.set()
+        self.listener.close()
+        if self.acceptor.is_alive():
+            self.acceptor.join(timeout)
+        self.heal()
+        for thread in self.threads:
+            thread.join(timeout)
+
+    def __enter__(self) -> TcpRelay:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

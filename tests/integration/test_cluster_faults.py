@@ -40,7 +40,7 @@ from oncelog.protocol.codec import build, encode_entity, request_class
 from oncelog.protocol.records.batch import build_batch
 from oncelog.protocol.records.record import encode_record
 from tests.cluster_process import Cluster
-from tests.integration.proxy import DroppingProxy
+from tests.integration.proxy import DroppingProxy, TcpRelay
 from tests.integration.rawclient import (
     FETCH,
     LIST_OFFSETS,
@@ -298,9 +298,12 @@ STALE_ISR_VIEW = (
 )
 
 
-def wait_isr_agreed(cluster: Cluster, topic: str, known_bug: str, timeout: float = 20) -> None:
-    """The full ISR, as every live broker reports it; brokers that keep disagreeing are the
-    known bug `known_bug` (xfail), anything else fails."""
+def wait_isr_agreed(
+    cluster: Cluster, topic: str, known_bug: str, timeout: float = 12
+) -> str | None:
+    """Wait for the full ISR as every live broker reports it. Brokers that keep disagreeing
+    are the known bug: its description is returned, for the test to finish its other checks
+    and then xfail; anything else fails."""
     full = {p: sorted(replicas) for p, (_, replicas, _) in cluster.partitions(topic).items()}
 
     def agreed() -> bool:
@@ -314,8 +317,9 @@ def wait_isr_agreed(cluster: Cluster, topic: str, known_bug: str, timeout: float
     except AssertionError:
         views = isr_views(cluster, topic)
         if len({repr(v) for v in views.values()}) > 1:
-            pytest.xfail(f"{known_bug}; views: {views}")
+            return f"{known_bug}; views: {views}"
         raise
+    return None
 
 
 # -- 1. the seeds' scenario: a dropped response, then the leader dies ---------------------
@@ -589,7 +593,7 @@ def test_unclean_leader_election_off_stays_offline_on_elects_the_stale_replica(
         # The ISR heals once the unclean leader ends KIP-704's recovery (RECOVERING ->
         # RECOVERED) and takes its followers back.
         try:
-            cluster.wait_isr_full(unclean, 20)
+            cluster.wait_isr_full(unclean, 8)
         except AssertionError:
             pytest.xfail(
                 "server/cluster.py _write_isr never passes recovered=True to isr_change: "
@@ -631,7 +635,7 @@ def test_leader_paused_past_its_session_is_replaced_and_acknowledges_nothing(
         appended = entry.error_code == ErrorCode.request_timed_out or "moved on" in (
             entry.error_message or ""
         )
-        wait_isr_agreed(cluster, topic, STALE_ISR_VIEW)
+        stale = wait_isr_agreed(cluster, topic, STALE_ISR_VIEW)
         if appended:
             assert re.search(r"cutoff-0: truncating from", log_of(cluster, 1))
         assert re.search(r"cutoff-0: became-follower", log_of(cluster, 1))
@@ -640,7 +644,11 @@ def test_leader_paused_past_its_session_is_replaced_and_acknowledges_nothing(
         new_leader = cluster.leader(topic, 0)
         assert new_leader in (2, 3)
         cluster.brokers[new_leader].kill()
-        cluster.wait_for(lambda: cluster.leader(topic, 0, via=[1]) == 1, 30, "1 leads again")
+        if stale is None:
+            cluster.wait_for(lambda: cluster.leader(topic, 0, via=[1]) == 1, 30, "1 leads again")
+        else:  # etcd's ISR lacks broker 1: the third broker leads
+            others = [n for n in (1, 2, 3) if n != new_leader]
+            cluster.wait_for(lambda: cluster.leader(topic, 0, via=others) > 0, 30, "a leader")
         time.sleep(2)
         cluster.brokers[new_leader].start()
         stream.stop()
@@ -650,6 +658,8 @@ def test_leader_paused_past_its_session_is_replaced_and_acknowledges_nothing(
         assert not {-1, -2, -3} & set(got[0])
         check_exactly_once(stream.acked, got)
         cluster.check_replicas_identical(topic)
+        if stale:
+            pytest.xfail(stale)
 
 
 # -- 6. bad input ------------------------------------------------------------------------
@@ -839,7 +849,7 @@ def test_follower_paused_past_the_lag_time_leaves_the_isr_and_rejoins(tmp_path: 
         finally:
             cluster.resume(3)
         resumed = time.monotonic()
-        wait_isr_agreed(cluster, topic, STALE_ISR_VIEW)
+        stale = wait_isr_agreed(cluster, topic, STALE_ISR_VIEW)
         time.sleep(1)
         stream.stop()
         assert not stream.errors and stream.left == 0, stream.errors[:5]
@@ -851,6 +861,8 @@ def test_follower_paused_past_the_lag_time_leaves_the_isr_and_rejoins(tmp_path: 
         check_exactly_once(stream.acked, got)
         assert len(got[0]) == stream.sent
         cluster.check_replicas_identical(topic)
+        if stale:
+            pytest.xfail(stale)
 
 
 # -- 9. divergence over two epochs (KIP-279) -------------------------------------------------
@@ -925,3 +937,58 @@ def test_logs_diverging_over_two_epochs_converge_on_the_third_leader(tmp_path: P
         for node in (1, 2, 3):
             epochs = sorted({b[2] for b in cluster.replica_batches(node, topic, 0)})
             assert epochs == [0, 2], (node, epochs)
+
+
+# -- 10. a leader cut off from etcd only -------------------------------------------------------
+
+
+@pytest.mark.timeout(150)
+def test_leader_cut_off_from_etcd_only_acknowledges_nothing_alone(tmp_path: Path) -> None:
+    """The leader loses etcd but not its clients or followers: its session expires, the
+    controller elects another leader, the followers move there. The old leader still
+    believes it leads (its watch is silent) and clients may still reach it: with
+    min.insync.replicas 2 nothing it takes can be acknowledged, since no follower fetches
+    from it and it cannot write a smaller ISR. Reconnected, it follows and truncates."""
+    topic = "zombie"
+    relay = TcpRelay()
+    cluster = Cluster(tmp_path, overrides=NO_REBALANCE)
+    cluster.broker_overrides = {1: {"etcd.connect": relay.address}}
+    with relay:
+        relay.start(cluster.etcd.client_port)
+        with cluster:
+            cluster.create_topic(
+                topic, assignment=[[1, 2, 3]], configs={"min.insync.replicas": "2"}
+            )
+            cluster.wait_isr_full(topic)
+            stream = Stream(cluster.bootstrap, topic, 400, request_timeout_ms=4000).start()
+            time.sleep(2)
+            relay.cut()
+            try:
+                cluster.wait_for(
+                    lambda: cluster.leader(topic, 0, via=[2, 3]) in (2, 3), 30, "a new leader"
+                )
+                assert cluster.leader(topic, 0, via=[1]) == 1  # the zombie's own view
+                with RawClient(cluster.brokers[1].port, timeout=30) as client:
+                    client.send(produce_request(topic, -1, 4000, -1, -2, -3))
+                    _, answer = decode_response(PRODUCE, 9, client.recv_frame())
+                entry = answer.responses[0].partition_responses[0]
+                assert entry.error_code != ErrorCode.none, entry
+                time.sleep(2)
+            finally:
+                relay.heal()
+            cluster.wait_for(
+                lambda: re.search(r"zombie-0: became-follower", log_of(cluster, 1)),
+                60,
+                "broker 1 following",
+            )
+            stale = wait_isr_agreed(cluster, topic, STALE_ISR_VIEW)
+            time.sleep(1)
+            stream.stop()
+            assert not stream.errors and stream.left == 0, stream.errors[:5]
+            got = read_all(cluster, topic)
+            assert not {-1, -2, -3} & set(got[0])
+            check_exactly_once(stream.acked, got)
+            assert stream.total_acked == stream.sent
+            cluster.check_replicas_identical(topic)
+            if stale:
+                pytest.xfail(stale)
