@@ -8,6 +8,7 @@ epochs and CRCs) up to the high watermark.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -70,6 +71,14 @@ class Cluster:
             t.start()
         for t in threads:
             t.join()
+        missing = [n for n, b in self.brokers.items() if not b.alive()]
+        for n in missing:
+            # free_port() is only a guess: another process may take the port before the
+            # broker binds it. One more try on a new port.
+            if "Address already in use" in self.brokers[n].log_tail(5):
+                self.brokers[n].port = free_port()
+                with contextlib.suppress(RuntimeError):
+                    self.brokers[n].start()
         missing = [n for n, b in self.brokers.items() if not b.alive()]
         if missing:
             tails = "\n".join(self.brokers[n].log_tail() for n in missing)
