@@ -312,8 +312,15 @@ def wait_isr_agreed(
             view[p][0] >= 0 and view[p][1] == full[p] for view in views.values() for p in full
         )
 
+    def settled() -> bool:
+        # Twice, 2 s apart: a moment of agreement may be undone by the controller.
+        if not agreed():
+            return False
+        time.sleep(2)
+        return agreed()
+
     try:
-        cluster.wait_for(agreed, timeout, f"every broker reporting the full ISR of {topic}")
+        cluster.wait_for(settled, timeout, f"every broker reporting the full ISR of {topic}")
     except AssertionError:
         views = isr_views(cluster, topic)
         if len({repr(v) for v in views.values()}) > 1:
