@@ -501,7 +501,8 @@ class ReplicaManager:
         if view is None:
             replica.leader.isr_refused()
             return
-        self.apply_partition_state(tp, view)
+        if self.apply_partition_state(tp, view) == Change.NOTHING and replica.leader is not None:
+            replica.leader.isr_refused()  # a newer state was applied meanwhile
 
     # -- housekeeping ------------------------------------------------------------------------
 

@@ -406,7 +406,10 @@ class ClusterRuntime(ClusterAdminOps):
             self.replicas.isr_change_done(tp, None)
             return
         ordered = [r for r in view.replicas if r in isr]
-        new = isr_change(state, ordered, self.node_id, view.replicas)
+        # An uncleanly elected leader (KIP-704 RECOVERING) has nothing more to recover: its
+        # producer state and transaction index are rebuilt from its own log, so its first
+        # ISR change also ends the recovery and lets the ISR grow again.
+        new = isr_change(state, ordered, self.node_id, view.replicas, recovered=True)
         if isinstance(new, KafkaError) or new == state:
             self.replicas.isr_change_done(tp, None)
             return
@@ -420,6 +423,12 @@ class ClusterRuntime(ClusterAdminOps):
             self.replicas.isr_change_done(tp, None)
             return
         log.info("%s: ISR %s -> %s", tp, list(state.isr), list(new.isr))
+        known = self._versions.get(key)
+        if known is not None and known.mod_revision > done.mod_revision:
+            # The watch already brought a newer state (say, the controller dropped a dead
+            # follower right after our write): that one stands, ours is history.
+            self.replicas.isr_change_done(tp, None)
+            return
         self._versions[key] = done
         self.view.partitions[tp] = new
         self.replicas.isr_change_done(

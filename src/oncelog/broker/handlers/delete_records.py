@@ -22,7 +22,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 "error_code": ErrorCode.none,
             }
             try:
-                plog = replicas.partition(TopicPartition(topic.name, p.partition_index))
+                tp = TopicPartition(topic.name, p.partition_index)
+                plog = replicas.partition(tp)
+                replicas.leader_epoch(tp)  # only a leader moves a log start (followers follow)
                 target = plog.high_watermark if p.offset == -1 else p.offset
                 entry["low_watermark"] = plog.delete_records_before(target)
                 changed = True
