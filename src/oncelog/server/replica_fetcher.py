@@ -261,9 +261,6 @@ class ReplicaFetcher:
             replica.follower.new_leader(replica.follower.leader_id, replica.follower.leader_epoch)
             return
         plog.set_high_watermark(follower_high_watermark(p.high_watermark, plog.log_end_offset))
-        if plog.log_start_offset < p.log_start_offset <= plog.high_watermark:
-            # The leader's log start moved (DeleteRecords, retention): follow it.
-            plog.delete_records_before(p.log_start_offset)
         # The leader's log start (DeleteRecords, retention) is the follower's too, as in
         # Kafka's fetcher; never past our high watermark (the rest comes with later fetches).
         start = min(p.log_start_offset, plog.high_watermark)
