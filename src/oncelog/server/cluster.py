@@ -405,7 +405,11 @@ class ClusterRuntime(ClusterAdminOps):
         if view is None or state is None or state.leader_epoch != view.leader_epoch:
             self.replicas.isr_change_done(tp, None)
             return
-        ordered = [r for r in view.replicas if r in isr]
+        # Only registered brokers join (KIP-841): one whose session expired may still be
+        # fetching, and adding it would only have the controller drop it again.
+        ordered = [
+            r for r in view.replicas if r in isr and (r == self.node_id or r in self.view.brokers)
+        ]
         # An uncleanly elected leader (KIP-704 RECOVERING) has nothing more to recover: its
         # producer state and transaction index are rebuilt from its own log, so its first
         # ISR change also ends the recovery and lets the ISR grow again.
