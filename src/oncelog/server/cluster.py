@@ -119,6 +119,12 @@ class ClusterRuntime(ClusterAdminOps):
     # -- 1. start ---------------------------------------------------------------------------
 
     async def start(self, node: Node) -> None:
+        wanted = self.config.get("inter.broker.listener.name")
+        if wanted and wanted != self.config.listener.name:
+            raise StartupError(
+                f"inter.broker.listener.name={wanted} names no listener of this broker "
+                f"(its one listener is {self.config.listener.name})"
+            )
         try:
             self.store = await EtcdStore.connect(self.target, timeout_s=self.session_s)
             await self._cluster_id()
