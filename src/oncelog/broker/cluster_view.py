@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
-from oncelog.errors import KafkaError
+from oncelog.broker.purgatory import Delayed
+from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
 from oncelog.metadata.placement import assign_replicas
 from oncelog.types import TopicPartition
@@ -102,3 +103,28 @@ class ClusterView:
             start_index=start,
             next_replica_shift=shift,
         )
+
+
+def answer_after_writes(
+    response: dict[str, Any],
+    pending: list[tuple[dict[str, Any], PendingOp]],
+    deadline_ms: int,
+    what: str,
+) -> Delayed:
+    """Hold an admin answer until its etcd writes are done: each entry gets its write's
+    error, or REQUEST_TIMED_OUT when etcd did not confirm `what` by the deadline."""
+
+    def attempt(force: bool) -> dict[str, Any] | None:
+        if not force and not all(op.done for _, op in pending):
+            return None
+        for entry, op in pending:
+            if op.error is not None:
+                entry.update(error_code=op.error.code, error_message=str(op.error))
+            elif not op.done:
+                entry.update(
+                    error_code=ErrorCode.request_timed_out,
+                    error_message=f"etcd did not confirm {what} in time",
+                )
+        return response
+
+    return Delayed(attempt, deadline_ms, tuple(op.key for _, op in pending))

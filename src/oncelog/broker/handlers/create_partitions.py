@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from oncelog.broker.cluster_view import PendingOp
+from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.replica_manager import MAX_PARTITIONS_PER_TOPIC
@@ -69,23 +69,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     if not pending:
         return response
 
-    def attempt(force: bool) -> dict[str, Any] | None:
-        if not force and not all(op.done for _, op in pending):
-            return None
-        for result, op in pending:
-            if op.error is not None:
-                result.update(error_code=op.error.code, error_message=str(op.error))
-            elif not op.done:
-                result.update(
-                    error_code=ErrorCode.request_timed_out,
-                    error_message="etcd did not confirm the new partitions in time",
-                )
-        return response
-
     timeout_ms = max(int(request.timeout.total_seconds() * 1000), 1)
-    return Delayed(
-        attempt, ctx.broker.clock.monotonic_ms() + timeout_ms, tuple(op.key for _, op in pending)
-    )
+    deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
+    return answer_after_writes(response, pending, deadline, "the new partitions")
 
 
 def _in_cluster(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from oncelog.broker.cluster_view import PendingOp
+from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_configs import describe_topic_configs
 from oncelog.broker.handlers.metadata import ZERO_UUID
@@ -131,21 +131,9 @@ def _handle_in_cluster(ctx: RequestContext, request: Any) -> dict[str, Any] | De
     if not pending:
         return response
 
-    def attempt(force: bool) -> dict[str, Any] | None:
-        if not force and not all(op.done for _, op in pending):
-            return None
-        for result, op in pending:
-            if op.error is not None:
-                result.update(error_code=op.error.code, error_message=str(op.error))
-            elif not op.done:
-                result.update(
-                    error_code=ErrorCode.request_timed_out,
-                    error_message="etcd did not confirm the topic in time",
-                )
-        return response
-
-    deadline = ctx.broker.clock.monotonic_ms() + max(int(request.timeout.total_seconds() * 1000), 1)
-    return Delayed(attempt, deadline, tuple(op.key for _, op in pending))
+    timeout_ms = max(int(request.timeout.total_seconds() * 1000), 1)
+    deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
+    return answer_after_writes(response, pending, deadline, "the topic")
 
 
 def _placement(ctx: RequestContext, topic: Any) -> tuple[tuple[int, ...], ...]:

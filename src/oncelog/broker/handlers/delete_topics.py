@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oncelog.broker.cluster_view import PendingOp
+from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
@@ -38,23 +38,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     if not pending:
         return response
 
-    def attempt(force: bool) -> dict[str, Any] | None:
-        if not force and not all(op.done for _, op in pending):
-            return None
-        for entry, op in pending:
-            if op.error is not None:
-                entry.update(error_code=op.error.code, error_message=str(op.error))
-            elif not op.done:
-                entry.update(
-                    error_code=ErrorCode.request_timed_out,
-                    error_message="etcd did not confirm the deletion in time",
-                )
-        return response
-
     timeout_ms = max(int(request.timeout.total_seconds() * 1000), 1)
-    return Delayed(
-        attempt, ctx.broker.clock.monotonic_ms() + timeout_ms, tuple(op.key for _, op in pending)
-    )
+    deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
+    return answer_after_writes(response, pending, deadline, "the deletion")
 
 
 def _delete_in_cluster(ctx: RequestContext, name: str) -> PendingOp:
