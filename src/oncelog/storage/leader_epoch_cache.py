@@ -32,13 +32,13 @@ from pathlib import Path
 from typing import NamedTuple
 
 from oncelog.fileio import write_atomically
+from oncelog.storage.checkpoint_text import entry_lines, format_entries
 
 log = logging.getLogger(__name__)
 
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
-_VERSION = 0
 
 
 class EpochEntry(NamedTuple):
@@ -222,25 +222,13 @@ class LeaderEpochCache:
 
 
 def format_checkpoint(entries: list[EpochEntry]) -> str:
-    lines = [str(_VERSION), str(len(entries))]
-    lines += [f"{e.epoch} {e.start_offset}" for e in entries]
-    return "\n".join(lines) + "\n"
+    return format_entries([f"{e.epoch} {e.start_offset}" for e in entries])
 
 
 def parse_checkpoint(text: str) -> list[EpochEntry]:
     """Entries of a checkpoint's text; ValueError names what is wrong."""
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) < 2:
-        raise ValueError("shorter than its header")
-    if lines[0].strip() != str(_VERSION):
-        raise ValueError(f"unknown version {lines[0].strip()!r}")
-    count = int(lines[1])
-    if count < 0 or len(lines) != 2 + count:
-        raise ValueError(f"expected {count} entries, found {len(lines) - 2} lines")
     entries: list[EpochEntry] = []
-    for line in lines[2:]:
+    for line in entry_lines(text):
         parts = line.split()
         if len(parts) != 2:
             raise ValueError(f"malformed line {line!r}")

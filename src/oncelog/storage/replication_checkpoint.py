@@ -19,22 +19,22 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from oncelog.fileio import write_atomically
+from oncelog.storage.checkpoint_text import entry_lines, format_entries
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
 REPLICATION_CHECKPOINT_FILE = "replication-offset-checkpoint"
-_VERSION = 0
 
 
 def write_offsets(path: Path, offsets: Mapping[TopicPartition, int]) -> None:
     """Replace the file with `offsets`; ValueError for a topic name a line cannot hold."""
-    lines = [str(_VERSION), str(len(offsets))]
+    lines = []
     for (topic, partition), offset in sorted(offsets.items()):
         if not topic or any(c.isspace() for c in topic):
             raise ValueError(f"topic name {topic!r} cannot be written to {path.name}")
         lines.append(f"{topic} {partition} {offset}")
-    write_atomically(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    write_atomically(path, format_entries(lines).encode("utf-8"))
 
 
 def read_offsets(path: Path) -> dict[TopicPartition, int]:
@@ -54,18 +54,9 @@ def read_offsets(path: Path) -> dict[TopicPartition, int]:
 
 
 def parse_offsets(text: str) -> dict[TopicPartition, int]:
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    if len(lines) < 2:
-        raise ValueError("shorter than its header")
-    if lines[0].strip() != str(_VERSION):
-        raise ValueError(f"unknown version {lines[0].strip()!r}")
-    count = int(lines[1])
-    if count < 0 or len(lines) != 2 + count:
-        raise ValueError(f"expected {count} entries, found {len(lines) - 2} lines")
+    lines = entry_lines(text)
     out: dict[TopicPartition, int] = {}
-    for line in lines[2:]:
+    for line in lines:
         parts = line.split(" ")
         if len(parts) != 3 or not parts[0]:
             raise ValueError(f"malformed line {line!r}")
@@ -73,6 +64,6 @@ def parse_offsets(text: str) -> dict[TopicPartition, int]:
         if partition < 0 or offset < 0:
             raise ValueError(f"negative value in line {line!r}")
         out[TopicPartition(parts[0], partition)] = offset
-    if len(out) != count:
+    if len(out) != len(lines):
         raise ValueError("a partition is listed twice")
     return out
