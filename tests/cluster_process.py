@@ -215,6 +215,22 @@ class Cluster:
 
         self.wait_for(full, timeout, f"the full ISR of {topic}")
 
+    def kill_leaders_in_turn(
+        self, topic: str, partitions: int, stop: threading.Event, kills: list[int]
+    ) -> None:
+        """Until `stop`: every 2.5 s SIGKILL the leader of the next partition and restart it a
+        second later (run it in a thread beside the workload)."""
+        partition = 0
+        while not stop.wait(2.5):
+            leader = self.leader(topic, partition % partitions)
+            partition += 1
+            if leader < 0:
+                continue
+            self.brokers[leader].kill()
+            kills.append(leader)
+            time.sleep(1.0)
+            self.brokers[leader].start()
+
     # -- the replica check ---------------------------------------------------------------
 
     def high_watermarks(self, topic: str) -> dict[int, int]:

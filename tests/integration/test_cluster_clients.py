@@ -28,20 +28,6 @@ COUNT = 60_000
 RATE = 5_000
 
 
-def kill_leaders(cluster: Cluster, stop: threading.Event, kills: list[int]) -> None:
-    """Every 2.5 s SIGKILL the leader of the next partition, restart it a second later."""
-    partition = 0
-    while not stop.wait(2.5):
-        leader = cluster.leader(TOPIC, partition % PARTITIONS)
-        partition += 1
-        if leader < 0:
-            continue
-        cluster.brokers[leader].kill()
-        kills.append(leader)
-        time.sleep(1.0)
-        cluster.brokers[leader].start()
-
-
 def read_along(cluster: Cluster, stop: threading.Event, seen: list[tuple[int, int, int]]) -> None:
     """Consume every partition from the start until `stop`: (partition, offset, value)."""
     consumer = Consumer(
@@ -89,7 +75,9 @@ def test_kafka_python_idempotent_producer_across_leader_kills(tmp_path: Path) ->
         # A consumer reads along: it may only ever see committed records, so everything it
         # saw is in the final log at the same offset.
         seen: list[tuple[int, int, int]] = []
-        thread = threading.Thread(target=kill_leaders, args=(cluster, stop, kills))
+        thread = threading.Thread(
+            target=cluster.kill_leaders_in_turn, args=(TOPIC, PARTITIONS, stop, kills)
+        )
         thread.start()
         reading = threading.Thread(target=read_along, args=(cluster, stop, seen))
         reading.start()

@@ -116,19 +116,9 @@ def test_leaders_killed_under_idempotent_acks_all_lose_and_duplicate_nothing(
     stop = threading.Event()
     kills: list[int] = []
 
-    def killer() -> None:
-        partition = 0
-        while not stop.wait(2.5):
-            leader = cluster.leader(TOPIC, partition % PARTITIONS)
-            partition += 1
-            if leader < 0:
-                continue
-            cluster.brokers[leader].kill()
-            kills.append(leader)
-            time.sleep(1.0)
-            cluster.brokers[leader].start()
-
-    thread = threading.Thread(target=killer)
+    thread = threading.Thread(
+        target=cluster.kill_leaders_in_turn, args=(TOPIC, PARTITIONS, stop, kills)
+    )
     thread.start()
     try:
         errors = produce(cluster, 200_000, 8_000, acked)
