@@ -103,7 +103,9 @@ class BrokerServer:
             from oncelog.server.marker_sender import TxnMarkerSender
 
             self.markers = TxnMarkerSender(
-                self.cluster.view, config.get_int("replica.socket.timeout.ms") / 1000
+                self.cluster.view,
+                config.get_int("replica.socket.timeout.ms") / 1000,
+                f"broker-{config.node_id}-txn-marker-sender",
             )
             self.txns.send_markers = self._send_markers
         self._group_timer: asyncio.TimerHandle | None = None

@@ -103,7 +103,10 @@ class ClusterRuntime(ClusterAdminOps):
         )
         self.fetcher = ReplicaFetcher(replicas, self._address_of)
         self.verifier = TxnVerifier(
-            self.view, config.get_int("replica.socket.timeout.ms") / 1000, wake
+            self.view,
+            config.get_int("replica.socket.timeout.ms") / 1000,
+            wake,
+            f"broker-{config.node_id}-txn-verifier",
         )
         replicas.isr_change_listener = self._propose_isr
         self.store: EtcdStore | None = None

@@ -20,7 +20,6 @@ from kio.serial import entity_reader
 from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
 from oncelog.protocol.headers import API_VERSIONS_KEY
 
-CLIENT_ID = b"oncelog-replica"
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
@@ -34,8 +33,13 @@ class PeerUnavailable(Exception):
 
 
 class BrokerChannel:
-    def __init__(self, node_id: int, host: str, port: int, timeout_s: float) -> None:
+    def __init__(
+        self, node_id: int, host: str, port: int, timeout_s: float, client_id: str
+    ) -> None:
         self.node_id = node_id
+        #: Names the sending broker and its purpose, as Kafka's `broker-1-fetcher-0` does:
+        #: the peer's logs (and fault-injecting proxies in tests) can tell who is calling.
+        self.client_id = client_id.encode()
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
@@ -71,8 +75,9 @@ class BrokerChannel:
         assert self._reader is not None
         self._correlation += 1
         flexible = is_flexible(api_key, version)
-        header = struct.pack(">hhih", api_key, version, self._correlation, len(CLIENT_ID))
-        header += CLIENT_ID + (b"\x00" if flexible else b"")
+        client_id = self.client_id
+        header = struct.pack(">hhih", api_key, version, self._correlation, len(client_id))
+        header += client_id + (b"\x00" if flexible else b"")
         payload = header + encode_entity(build(request_class(api_key, version), body))
         self._writer.write(struct.pack(">i", len(payload)) + payload)
         await self._writer.drain()

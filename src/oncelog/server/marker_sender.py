@@ -39,8 +39,9 @@ _SETTLED = {
 
 
 class TxnMarkerSender:
-    def __init__(self, view: ClusterView, timeout_s: float) -> None:
+    def __init__(self, view: ClusterView, timeout_s: float, client_id: str) -> None:
         self.view = view
+        self.client_id = client_id
         self.timeout_s = timeout_s
         self._channels: dict[int, BrokerChannel] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -115,7 +116,9 @@ class TxnMarkerSender:
         if channel is None or channel.moved(registration.host, registration.port):
             if channel is not None:
                 channel.close()
-            channel = BrokerChannel(leader, registration.host, registration.port, self.timeout_s)
+            channel = BrokerChannel(
+                leader, registration.host, registration.port, self.timeout_s, self.client_id
+            )
             self._channels[leader] = channel
         try:
             response = await channel.call(

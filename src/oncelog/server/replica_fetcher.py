@@ -106,7 +106,13 @@ class ReplicaFetcher:
             if channel is None or channel.moved(*address):
                 if channel is not None:
                     channel.close()
-                channel = BrokerChannel(leader_id, address[0], address[1], self.timeout_s)
+                channel = BrokerChannel(
+                    leader_id,
+                    address[0],
+                    address[1],
+                    self.timeout_s,
+                    f"broker-{self.node_id}-fetcher",
+                )
             try:
                 truncating = [r for r in replicas if _phase(r) == FollowerPhase.TRUNCATING]
                 if truncating:

@@ -29,9 +29,14 @@ ADD_PARTITIONS_TO_TXN_VERIFY_VERSION = 4
 
 class TxnVerifier:
     def __init__(
-        self, view: ClusterView, timeout_s: float, wake: Callable[[Sequence[Hashable]], None]
+        self,
+        view: ClusterView,
+        timeout_s: float,
+        wake: Callable[[Sequence[Hashable]], None],
+        client_id: str,
     ) -> None:
         self.view = view
+        self.client_id = client_id
         self.timeout_s = timeout_s
         self.wake = wake
         self._channels: dict[int, BrokerChannel] = {}
@@ -115,7 +120,11 @@ class TxnVerifier:
             if channel is not None:
                 channel.close()
             channel = BrokerChannel(
-                registration.node_id, registration.host, registration.port, self.timeout_s
+                registration.node_id,
+                registration.host,
+                registration.port,
+                self.timeout_s,
+                self.client_id,
             )
             self._channels[registration.node_id] = channel
         return channel
