@@ -9,104 +9,12 @@ idempotent, so the run can always end with "heal everything, then read".
 from __future__ import annotations
 
 import itertools
-import re
-import signal
-import subprocess
-import sys
-import threading
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Protocol
 
-READY = re.compile(r"ready on ([\d.]+):(\d+)")
-
-
-class LocalBroker:
-    """An oncelog broker process started by the tool; its port stays fixed across restarts."""
-
-    def __init__(self, data_dir: Path, log_path: Path, overrides: dict[str, str] | None = None):
-        self.data_dir = data_dir
-        self.log_path = log_path
-        self.overrides = dict(overrides or {})
-        self.port = 0
-        self.proc: subprocess.Popen[str] | None = None
-        self.paused = False
-
-    @property
-    def name(self) -> str:
-        return f"broker@127.0.0.1:{self.port}"
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
-
-    def start(self, timeout: float = 30.0) -> None:
-        """Start the broker and wait for its ready line (which gives the port on first start)."""
-        args = [sys.executable, "-m", "oncelog", "serve", "--listen", f"127.0.0.1:{self.port}"]
-        args += ["--data-dir", str(self.data_dir)]
-        for key, value in self.overrides.items():
-            args += ["--override", f"{key}={value}"]
-        log = self.log_path.open("a")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
-        log.close()
-        self.paused = False
-        stdout = self.proc.stdout
-        assert stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = stdout.readline()
-            if not line:
-                break
-            match = READY.search(line)
-            if match:
-                self.port = int(match.group(2))
-                # Keep draining stdout so the broker never blocks on a full pipe.
-                threading.Thread(target=_drain, args=(stdout,), daemon=True).start()
-                return
-        self.kill()
-        raise RuntimeError(f"broker did not start; see {self.log_path}")
-
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def kill(self) -> None:
-        """SIGKILL: no flush, no clean shutdown."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        self.proc = None
-        self.paused = False
-
-    def pause(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
-            self.paused = True
-
-    def resume(self) -> None:
-        if self.proc is not None and self.proc.poll() is None and self.paused:
-            self.proc.send_signal(signal.SIGCONT)
-        self.paused = False
-
-    def stop(self, timeout: float = 30.0) -> None:
-        """Clean shutdown (SIGTERM, SIGKILL after timeout)."""
-        if self.proc is None:
-            return
-        self.resume()
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.proc = None
-
-
-def _drain(stream: object) -> None:
-    for _ in stream:  # type: ignore[attr-defined]
-        pass
+from oncelog.verify.processes import LocalBroker
 
 
 class NotInjected(Exception):

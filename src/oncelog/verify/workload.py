@@ -30,12 +30,12 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from oncelog.verify import history as h
 from oncelog.verify.faults import (
     Fault,
-    LocalBroker,
     NotInjected,
     check_fault_names,
     make_faults,
 )
 from oncelog.verify.mock_cluster import MockCluster
+from oncelog.verify.processes import LocalBroker
 from oncelog.verify.worker import ProcessClient, WorkerSpec
 
 # Broker rejections after which the record was certainly not written.
