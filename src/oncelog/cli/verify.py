@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from oncelog.cli import verify_transactions
 from oncelog.verify.checker import ALLOWED, CheckResult, check, write_report
 from oncelog.verify.history import HistoryError, read_history
 from oncelog.verify.timeline import write_timeline
@@ -63,6 +64,7 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument("--report", help="JSON report file")
     rn.add_argument("--timeline", help="HTML timeline of throughput, errors and faults")
     rn.set_defaults(func=run_workload)
+    verify_transactions.add_parser(verify_sub)
 
 
 def run_check(args: argparse.Namespace) -> int:
