@@ -35,6 +35,14 @@ def add_parsers(sub: Any) -> None:
         "--start-broker", action="store_true", help="start an oncelog broker (allows --faults)"
     )
     target.add_argument(
+        "--start-cluster",
+        type=int,
+        metavar="N",
+        default=0,
+        help="start etcd and N oncelog brokers, every link through a relay that can be cut"
+        " (allows every --faults kind)",
+    )
+    target.add_argument(
         "--mock-cluster",
         action="store_true",
         help="start librdkafka's built-in mock cluster, which does not implement read_committed"
@@ -43,6 +51,31 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument("--duration", type=float, default=30.0, help="seconds of workload")
     rn.add_argument("--rate", type=float, default=100.0, help="sends per second, all producers")
     rn.add_argument("--partitions", type=int, default=3)
+    rn.add_argument(
+        "--replication-factor",
+        type=int,
+        help="of the workload's topics (default 3 with --start-cluster, else 1)",
+    )
+    rn.add_argument(
+        "--min-insync-replicas",
+        type=int,
+        default=2,
+        help="min.insync.replicas of the cluster started (default 2)",
+    )
+    rn.add_argument(
+        "--broker-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a broker setting for the broker or cluster started (repeatable), e.g."
+        " unclean.leader.election.enable=true",
+    )
+    rn.add_argument(
+        "--acks",
+        choices=("all", "1"),
+        default="all",
+        help="all: idempotent producers (default); 1: plain producers, acks=1, no retries",
+    )
     rn.add_argument("--producers", type=int, default=2, help="idempotent producers")
     rn.add_argument("--txn-producers", type=int, default=1, help="transactional producers")
     rn.add_argument("--abort-probability", type=float, default=0.2)
@@ -56,7 +89,8 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument(
         "--faults",
         default="",
-        help="comma-separated: kill,pause (broker, needs --start-broker), crash (writer clients)",
+        help="comma-separated: kill, pause (a broker, by role on a cluster), partition, etcd,"
+        " bounce (need --start-cluster), crash (writer client processes)",
     )
     rn.add_argument("--fault-interval", type=float, default=3.0, help="quiet seconds between")
     rn.add_argument("--fault-duration", type=float, default=2.0, help="seconds each fault lasts")
@@ -85,11 +119,23 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_workload(args: argparse.Namespace) -> int:
     """Run, then check like `verify check`: exit 0 clean, 1 on anomalies, 2 if the run broke."""
+    broker_config = {}
+    for item in args.broker_config:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            print(f"verify run: --broker-config takes KEY=VALUE, not {item!r}", file=sys.stderr)
+            return 2
+        broker_config[key.strip()] = value.strip()
     config = RunConfig(
         history=Path(args.history),
         bootstrap=args.bootstrap,
         start_broker=args.start_broker,
         mock_cluster=args.mock_cluster,
+        start_cluster=args.start_cluster,
+        replication_factor=args.replication_factor,
+        min_insync_replicas=args.min_insync_replicas,
+        broker_config=broker_config,
+        acks=args.acks,
         duration=args.duration,
         rate=args.rate,
         partitions=args.partitions,

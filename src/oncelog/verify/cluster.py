@@ -123,6 +123,17 @@ class LocalCluster:
     def heal_network(self) -> None:
         self.network.heal()
 
+    def heal(self) -> None:
+        """Everything back: links through, etcd and every broker running and not paused."""
+        self.network.heal()
+        self.etcd.resume()
+        if not self.etcd.alive():
+            self.etcd.start()
+        for n, broker in self.brokers.items():
+            broker.resume()
+            if not broker.alive():
+                self.start_broker(n)
+
     def close(self) -> None:
         for broker in self.brokers.values():
             broker.kill()

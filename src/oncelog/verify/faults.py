@@ -1,20 +1,24 @@
-"""Faults the workload injects, and the local broker process they act on.
+"""Faults the workload injects: on the broker or the cluster the tool started, on its clients.
 
-Why an interface: `run` schedules faults without knowing what they do, so network partitions
-(a proxy or iptables between brokers) and multi-broker targets can be added as new `Fault`
-implementations without touching the scheduler. Every fault can be healed, and healing is
+Why an interface: `run` schedules faults without knowing what they do, so each kind (process
+faults, network partitions through the cluster's relays, etcd failures) is one `Fault`
+implementation, and the scheduler stays the same. Every fault can be healed, and healing is
 idempotent, so the run can always end with "heal everything, then read".
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from oncelog.verify.cluster import LocalCluster
+from oncelog.verify.netproxy import ETCD
 from oncelog.verify.processes import LocalBroker
+from oncelog.verify.roles import Roles
 
 
 class NotInjected(Exception):
@@ -132,36 +136,239 @@ class ClientCrashFault(Fault):
         return victim.heal() if victim is not None else None
 
 
+class ClusterFault(Fault):
+    """A fault on a cluster the tool started; its target is chosen by role at each start."""
+
+    #: The roles a target is drawn from, in turn.
+    ROLES: tuple[str, ...] = ("leader", "follower", "controller", "coordinator")
+
+    def __init__(self, cluster: LocalCluster, roles: Roles) -> None:
+        self.cluster = cluster
+        self.roles = roles
+        self._roles = itertools.cycle(self.ROLES)
+        self._fallback = itertools.cycle(sorted(cluster.brokers))
+        self.node: int | None = None
+        self._target = "cluster"
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    def pick(self) -> tuple[int, str]:
+        """The next role's holder; a live broker in turn when nobody holds it right now."""
+        for _ in self.ROLES:
+            role = next(self._roles)
+            found = self.roles.find(role)
+            if found is not None and self.cluster.brokers[found[0]].alive():
+                return found
+        for _ in self.cluster.brokers:
+            node = next(self._fallback)
+            if self.cluster.brokers[node].alive():
+                return node, "no role known: in turn"
+        raise NotInjected("no live broker")
+
+
+class ClusterKillFault(ClusterFault):
+    """SIGKILL a broker chosen by role; heal restarts it on the same address."""
+
+    kind = "kill"
+
+    def start(self) -> str | None:
+        self.node, why = self.pick()
+        self._target = self.cluster.brokers[self.node].name
+        self.cluster.brokers[self.node].kill()
+        return f"SIGKILL ({why})"
+
+    def heal(self) -> str | None:
+        node, self.node = self.node, None
+        if node is None or self.cluster.brokers[node].alive():
+            return None
+        began = time.monotonic()
+        self.cluster.start_broker(node)
+        return f"restarted in {time.monotonic() - began:.1f}s"
+
+
+class ClusterPauseFault(ClusterFault):
+    """SIGSTOP a broker chosen by role (a long GC pause, a frozen VM); heal sends SIGCONT."""
+
+    kind = "pause"
+
+    def start(self) -> str | None:
+        self.node, why = self.pick()
+        self._target = self.cluster.brokers[self.node].name
+        self.cluster.brokers[self.node].pause()
+        return f"SIGSTOP ({why})"
+
+    def heal(self) -> str | None:
+        node, self.node = self.node, None
+        if node is None or not self.cluster.brokers[node].paused:
+            return None
+        self.cluster.brokers[node].resume()
+        return "SIGCONT"
+
+
+class BounceFault(ClusterFault):
+    """A rolling clean restart, one broker a window: SIGTERM (controlled shutdown), wait for
+    the exit; heal starts it again. Successive windows go round the brokers."""
+
+    kind = "bounce"
+
+    def start(self) -> str | None:
+        for _ in self.cluster.brokers:
+            node = next(self._fallback)
+            broker = self.cluster.brokers[node]
+            if broker.alive():
+                self.node, self._target = node, broker.name
+                began = time.monotonic()
+                broker.stop()
+                return f"SIGTERM, stopped in {time.monotonic() - began:.1f}s"
+        raise NotInjected("no live broker to bounce")
+
+    def heal(self) -> str | None:
+        node, self.node = self.node, None
+        if node is None or self.cluster.brokers[node].alive():
+            return None
+        began = time.monotonic()
+        self.cluster.start_broker(node)
+        return f"restarted in {time.monotonic() - began:.1f}s"
+
+
+class EtcdFault(Fault):
+    """The metadata store fails: SIGKILL and restart, or SIGSTOP/SIGCONT, in turn."""
+
+    kind = "etcd"
+
+    def __init__(self, cluster: LocalCluster) -> None:
+        self.cluster = cluster
+        self._modes = itertools.cycle(("kill", "pause"))
+        self._mode: str | None = None
+
+    @property
+    def target(self) -> str:
+        return ETCD
+
+    def start(self) -> str | None:
+        self._mode = next(self._modes)
+        if self._mode == "kill":
+            self.cluster.etcd.kill()
+            return "SIGKILL"
+        self.cluster.etcd.pause()
+        return "SIGSTOP"
+
+    def heal(self) -> str | None:
+        mode, self._mode = self._mode, None
+        if mode == "pause" or self.cluster.etcd.paused:
+            self.cluster.etcd.resume()
+            return "SIGCONT"
+        if mode == "kill" or not self.cluster.etcd.alive():
+            self.cluster.etcd.start()
+            return "restarted"
+        return None
+
+
+class PartitionFault(ClusterFault):
+    """Network partitions, in turn (links listed in the README):
+
+    - isolate: a partition leader cut from every peer and from etcd; clients still reach it;
+    - follower: a follower cut from its leader only (both still reach etcd and clients);
+    - split: brokers in a minority and a majority side, etcd with the majority;
+    - split-etcd: the same with etcd on the minority side.
+    """
+
+    kind = "partition"
+    MODES = ("isolate", "follower", "split", "split-etcd")
+
+    def __init__(self, cluster: LocalCluster, roles: Roles) -> None:
+        super().__init__(cluster, roles)
+        self._modes = itertools.cycle(self.MODES)
+        self.active = False
+
+    def start(self) -> str | None:
+        mode = next(self._modes)
+        brokers = [str(n) for n in self.cluster.brokers]
+        if mode == "follower":
+            found = self.roles.follower()
+            if found is None:
+                raise NotInjected("no in-sync follower to cut from its leader")
+            follower, leader, why = found
+            self.cluster.cut([(str(follower), str(leader))])
+            self._target = f"{follower} x {leader}"
+            self.active = True
+            return f"follower cut from its leader ({why})"
+        led = self.roles.find("leader")
+        first = str(led[0]) if led is not None else random.choice(brokers)
+        minority = [first]
+        others = [b for b in brokers if b != first]
+        random.shuffle(others)
+        if mode != "isolate":
+            minority += others[: max(0, (len(brokers) - 1) // 2 - 1)]
+        majority = [b for b in brokers if b not in minority]
+        if mode == "split-etcd":
+            minority.append(ETCD)
+        else:
+            majority.append(ETCD)
+        self.cluster.cut([(a, b) for a in minority for b in majority])
+        self._target = f"{','.join(minority)} | {','.join(majority)}"
+        self.active = True
+        why = led[1] if led is not None else "at random"
+        return f"{mode}: {','.join(minority)} cut from {','.join(majority)} ({why})"
+
+    def heal(self) -> str | None:
+        if not self.active:
+            return None
+        self.active = False
+        self.cluster.heal_network()
+        return "links healed"
+
+
+CLUSTER_FAULTS: dict[str, Callable[[LocalCluster, Roles], Fault]] = {
+    "kill": ClusterKillFault,
+    "pause": ClusterPauseFault,
+    "partition": PartitionFault,
+    "bounce": BounceFault,
+    "etcd": lambda cluster, _roles: EtcdFault(cluster),
+}
 BROKER_FAULTS: dict[str, type[KillFault] | type[PauseFault]] = {
     "kill": KillFault,
     "pause": PauseFault,
 }
 CLIENT_FAULTS = ("crash",)
-FAULT_NAMES = (*BROKER_FAULTS, *CLIENT_FAULTS)
+FAULT_NAMES = (*CLUSTER_FAULTS, *CLIENT_FAULTS)
 
 
-def check_fault_names(names: Sequence[str], own_broker: bool) -> None:
-    """Unknown names, or broker faults without a broker the tool started, are errors."""
+def check_fault_names(names: Sequence[str], broker: bool, cluster: bool = False) -> None:
+    """Unknown names, or server faults without servers the tool started, are errors."""
     for name in names:
         if name not in FAULT_NAMES:
             raise ValueError(f"unknown fault {name!r}; known: {', '.join(FAULT_NAMES)}")
-        if name in BROKER_FAULTS and not own_broker:
-            raise ValueError(f"the {name} fault needs --start-broker")
+        if name in CLIENT_FAULTS or cluster:
+            continue
+        if name not in BROKER_FAULTS:
+            raise ValueError(f"the {name} fault needs --start-cluster")
+        if not broker:
+            raise ValueError(f"the {name} fault needs --start-broker or --start-cluster")
 
 
 def make_faults(
-    names: Sequence[str], broker: LocalBroker | None, clients: Sequence[Crashable]
+    names: Sequence[str],
+    broker: LocalBroker | None,
+    clients: Sequence[Crashable],
+    cluster: LocalCluster | None = None,
+    roles: Roles | None = None,
 ) -> list[Fault]:
-    """The faults named on the command line: kill and pause hit the tool's broker, crash the
-    writer client processes."""
-    check_fault_names(names, broker is not None)
+    """The faults named on the command line: server faults hit the tool's broker or cluster,
+    crash the writer client processes."""
+    check_fault_names(names, broker is not None, cluster is not None)
     out: list[Fault] = []
     crash: ClientCrashFault | None = None  # one rotation over the clients, however often named
     for name in names:
-        if name in BROKER_FAULTS:
-            assert broker is not None
-            out.append(BROKER_FAULTS[name](broker))
-        else:
+        if name in CLIENT_FAULTS:
             crash = crash or ClientCrashFault(clients)
             out.append(crash)
+        elif cluster is not None:
+            assert roles is not None
+            out.append(CLUSTER_FAULTS[name](cluster, roles))
+        else:
+            assert broker is not None
+            out.append(BROKER_FAULTS[name](broker))
     return out

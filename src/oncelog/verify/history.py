@@ -21,6 +21,9 @@ Schema, version 1 (every line carries ``"v": 1`` and ``"type"``):
   ``time``.
 - ``fault``: ``kind`` (kill, pause, resume, ...), ``phase`` (``start`` | ``end``), ``target``,
   ``detail``, ``time``.
+- ``leaders``: who led what, as the cluster's metadata said at ``time`` (written when it
+  changed): ``controller`` (node id, -1 unknown), ``leaders``: a list of
+  ``[topic, partition, leader]`` (-1: no leader). For the timeline; the checker ignores it.
 
 Outcomes: ``ok`` succeeded, ``fail`` definitely did not happen, ``info`` is indeterminate (timeouts,
 network errors, NOT_LEADER_OR_FOLLOWER, an abort after a commit attempt).
@@ -140,7 +143,16 @@ class Fault:
     time: float = 0.0
 
 
-Op: TypeAlias = Send | Txn | Poll | FinalRead | Fault
+@dataclass(frozen=True, slots=True)
+class Leaders:
+    """The controller and the partition leaders, as metadata showed them (timeline lanes)."""
+
+    controller: int
+    leaders: tuple[tuple[str, int, int], ...]
+    time: float = 0.0
+
+
+Op: TypeAlias = Send | Txn | Poll | FinalRead | Fault | Leaders
 
 
 def op_to_dict(op: Op) -> dict[str, Any]:
@@ -197,6 +209,11 @@ def op_to_dict(op: Op) -> dict[str, Any]:
             isolation=op.isolation,
             records=_records_out(op.records),
             time=op.time,
+        )
+    elif isinstance(op, Leaders):
+        out["type"] = "leaders"
+        out.update(
+            controller=op.controller, leaders=[list(x) for x in op.leaders], time=op.time
         )
     else:
         out["type"] = "fault"
@@ -280,6 +297,12 @@ def op_from_dict(obj: dict[str, Any]) -> Op:
             phase=_choice(obj["phase"], ("start", "end")),
             target=str(obj["target"]),
             detail=obj.get("detail"),
+            time=time,
+        )
+    if kind == "leaders":
+        return Leaders(
+            controller=int(obj["controller"]),
+            leaders=tuple((str(t), int(p), int(n)) for t, p, n in obj["leaders"]),
             time=time,
         )
     raise HistoryError(f"unknown operation type {kind!r}")
@@ -398,6 +421,8 @@ class Tally:
             return
         if isinstance(op, FinalRead):
             n["final_reads"] += 1
+            return
+        if isinstance(op, Leaders):
             return
         key = (type(op).__name__, op.process, op.index)
         if op.phase == "invoke":

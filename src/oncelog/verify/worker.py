@@ -39,6 +39,7 @@ class WorkerSpec:
     abort_probability: float
     txn_base: int
     generation_base: int = 0
+    acks: str = "all"
 
     def to_json(self) -> str:
         return json.dumps({k: getattr(self, k) for k in self.__slots__})
@@ -54,6 +55,7 @@ class _WorkerConfig:
 
     partitions: int
     abort_probability: float
+    acks: str = "all"
 
 
 class _StdoutRecorder:
@@ -83,7 +85,9 @@ class WorkerRun:
         self.output_topic = self.spec.output_topic
         self.bootstrap = self.spec.bootstrap
         self.per_client_rate = self.spec.per_client_rate
-        self.config = _WorkerConfig(self.spec.partitions, self.spec.abort_probability)
+        self.config = _WorkerConfig(
+            self.spec.partitions, self.spec.abort_probability, self.spec.acks
+        )
         self.recorder = _StdoutRecorder(sys.stdout)
         self._partition = itertools.count()
         self._txn = itertools.count(self.spec.txn_base + 1)

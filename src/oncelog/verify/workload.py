@@ -28,6 +28,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from oncelog.verify import history as h
+from oncelog.verify.cluster import LocalCluster
 from oncelog.verify.faults import (
     Fault,
     NotInjected,
@@ -36,6 +37,7 @@ from oncelog.verify.faults import (
 )
 from oncelog.verify.mock_cluster import MockCluster
 from oncelog.verify.processes import LocalBroker
+from oncelog.verify.roles import Roles
 from oncelog.verify.worker import ProcessClient, WorkerSpec
 
 # Broker rejections after which the record was certainly not written.
@@ -58,6 +60,16 @@ class RunConfig:
     bootstrap: str | None = None
     start_broker: bool = False
     mock_cluster: bool = False
+    #: Brokers of a cluster the tool starts (with etcd); 0: none.
+    start_cluster: int = 0
+    #: Of the workload's topics; None: 3 on a cluster the tool starts, else 1.
+    replication_factor: int | None = None
+    min_insync_replicas: int = 2
+    #: Extra broker settings (`--broker-config KEY=VALUE`) for the broker or cluster started.
+    broker_config: dict[str, str] = field(default_factory=dict)
+    #: "all": idempotent producers; "1": plain producers, acks=1, no retries (to show what a
+    #: weakened configuration loses).
+    acks: str = "all"
     duration: float = 30.0
     rate: float = 100.0
     partitions: int = 3
@@ -221,11 +233,16 @@ class IdempotentProducer(Client):
 
     def _with_error_cb(self, on_error: Any) -> Producer:
         """An idempotent producer; a fatal error (reported via on_error) makes us replace it."""
+        durability: dict[str, Any] = (
+            {"enable.idempotence": True}
+            if self.run_.config.acks == "all"
+            else {"enable.idempotence": False, "acks": 1, "retries": 0}
+        )
         return Producer(
             {
                 "bootstrap.servers": self.run_.bootstrap,
                 "log_level": 0,
-                "enable.idempotence": True,
+                **durability,
                 "message.timeout.ms": 10000,
                 "linger.ms": 5,
                 "client.id": self.process,
@@ -642,6 +659,9 @@ class Run:
         self._txn = itertools.count(1)
         self._lock = threading.Lock()
         self.broker: LocalBroker | None = None
+        self.cluster: LocalCluster | None = None
+        self.roles: Roles | None = None
+        self.sampling_done = threading.Event()
         self.mock: MockCluster | None = None
         self.bootstrap = config.bootstrap or ""
         self.faults: list[Fault] = []
@@ -657,9 +677,15 @@ class Run:
         with self._lock:
             return next(self._txn)
 
-    def fault_op(self, fault: Fault, phase: str, detail: str | None) -> None:
+    def fault_op(
+        self, fault: Fault, phase: str, detail: str | None, at: float | None = None
+    ) -> None:
         op = h.Fault(
-            fault.kind, "start" if phase == "start" else "end", fault.target, detail, time.time()
+            fault.kind,
+            "start" if phase == "start" else "end",
+            fault.target,
+            detail,
+            at or time.time(),
         )
         self.recorder.write(op)
 
@@ -672,11 +698,12 @@ class Run:
                 break
             if time.monotonic() + cfg.fault_duration + 1 > end:
                 break
+            began = time.time()  # a clean stop takes a while: the window opens at the signal
             try:
                 detail = fault.start()
             except NotInjected:
                 continue  # nothing to hit this round: no fault window
-            self.fault_op(fault, "start", detail)
+            self.fault_op(fault, "start", detail, began)
             self.stop.wait(cfg.fault_duration)
             self.fault_op(fault, "end", fault.heal())
         self.faults_done.set()
@@ -686,6 +713,31 @@ class Run:
             detail = fault.heal()
             if detail is not None:
                 self.fault_op(fault, "end", detail)
+        if self.cluster is not None:  # whatever a fault left behind: links, processes
+            self.cluster.heal()
+
+    def transactional_ids(self) -> list[str]:
+        """Those of the transactional writers (their coordinators are fault targets)."""
+        cfg = self.config
+        names = [f"txn{i}" for i in range(cfg.txn_producers)]
+        names += [f"copier{i}" for i in range(cfg.copiers)]
+        return [f"{self.topic}-{name}" for name in names]
+
+    def sample_leaders(self) -> None:
+        """Record the controller and the partition leaders whenever they change (timeline)."""
+        assert self.roles is not None
+        last: h.Leaders | None = None
+        while not self.sampling_done.wait(0.5):
+            try:
+                controller = self.roles.controller()
+                leaders = tuple(
+                    (t, p, v[0]) for (t, p), v in sorted(self.roles.leaders().items())
+                )
+            except (KafkaException, TimeoutError, ValueError):
+                continue
+            if last is None or (last.controller, last.leaders) != (controller, leaders):
+                last = h.Leaders(controller, leaders, time.time())
+                self.recorder.write(last)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Recovery: the topic's metadata is served with a leader for every partition."""
@@ -716,9 +768,10 @@ class Run:
             self.wait_ready()
             return
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        topics = [NewTopic(self.topic, self.config.partitions, 1)]
+        rf = self.config.replication_factor or (3 if self.config.start_cluster else 1)
+        topics = [NewTopic(self.topic, self.config.partitions, rf)]
         if self.config.copiers:
-            topics.append(NewTopic(self.output_topic, self.config.partitions, 1))
+            topics.append(NewTopic(self.output_topic, self.config.partitions, rf))
         futures = admin.create_topics(topics)
         for f in futures.values():
             f.result(30)
@@ -811,6 +864,7 @@ class Run:
             per_client_rate=self.per_client_rate,
             abort_probability=self.config.abort_probability,
             txn_base=(n + 1) * 10_000_000,
+            acks=self.config.acks,
         )
 
     @staticmethod
@@ -838,19 +892,51 @@ class Run:
                 self.recorder.write(self.final_read(topic, p))
 
     def execute(self) -> dict[str, int]:
-        """Start (maybe) a broker, run clients and faults, heal, final-read; return the counts
-        of the history written (``history.COUNTS``)."""
+        """Start (maybe) a broker or a cluster, run clients and faults, heal, final-read;
+        return the counts of the history written (``history.COUNTS``)."""
         cfg = self.config
+        check_fault_names(cfg.faults, cfg.start_broker, bool(cfg.start_cluster))
         tmp: tempfile.TemporaryDirectory[str] | None = None
-        if cfg.start_broker:
+        if cfg.start_broker or cfg.start_cluster:
             tmp = tempfile.TemporaryDirectory(prefix="oncelog-verify-")
-            self.broker = LocalBroker(Path(tmp.name) / "data", Path(tmp.name) / "broker.log")
+        try:
+            self.start_servers(Path(tmp.name) if tmp is not None else None)
+            return self.run_clients()
+        finally:
+            if self.broker is not None:
+                self.broker.stop()
+            if self.cluster is not None:
+                self.cluster.close()
+            if self.mock is not None:
+                self.mock.stop()
+            if tmp is not None:
+                tmp.cleanup()
+
+    def start_servers(self, base: Path | None) -> None:
+        """The broker, cluster or mock the run was asked to start, and its bootstrap."""
+        cfg = self.config
+        if cfg.start_broker:
+            assert base is not None
+            self.broker = LocalBroker(base / "data", base / "broker.log", cfg.broker_config)
             self.broker.start()
             self.bootstrap = self.broker.bootstrap
+        elif cfg.start_cluster:
+            assert base is not None
+            self.cluster = LocalCluster(
+                base,
+                cfg.start_cluster,
+                cfg.replication_factor or min(3, cfg.start_cluster),
+                cfg.min_insync_replicas,
+                cfg.broker_config,
+            ).start()
+            self.bootstrap = self.cluster.bootstrap
+            wait_brokers(self.bootstrap, cfg.start_cluster)
         elif cfg.mock_cluster:
             self.mock = MockCluster()
             self.bootstrap = self.mock.bootstrap
-        check_fault_names(cfg.faults, cfg.start_broker)
+
+    def run_clients(self) -> dict[str, int]:
+        cfg = self.config
         cfg.history.parent.mkdir(parents=True, exist_ok=True)
         cfg.history.write_text("")
         writer = h.HistoryWriter.open(cfg.history)
@@ -860,7 +946,11 @@ class Run:
             self.create_topic()
             clients = self.clients()
             crashable = [c for c in clients if isinstance(c, ProcessClient)]
-            self.faults = make_faults(cfg.faults, self.broker, crashable)
+            topics = [self.topic] + ([self.output_topic] if cfg.copiers else [])
+            self.roles = Roles(self.bootstrap, topics, self.transactional_ids)
+            self.faults = make_faults(cfg.faults, self.broker, crashable, self.cluster, self.roles)
+            sampler = threading.Thread(target=self.sample_leaders, daemon=True)
+            sampler.start()
             for c in clients:
                 c.start()
             threads = [threading.Thread(target=self.schedule_faults, daemon=True)]
@@ -875,6 +965,8 @@ class Run:
                 t.join(60)
             self.heal_all()
             self.drain(clients)
+            self.sampling_done.set()
+            sampler.join(30)
             failures = [f"{c.name}: {c.failure!r}" for c in clients if c.failure is not None]
             if failures:
                 raise RuntimeError("clients failed: " + "; ".join(failures))
@@ -883,13 +975,22 @@ class Run:
             for c in clients:  # a run cut short must not leave worker processes behind
                 if isinstance(c, ProcessClient):
                     c.kill()
+            self.sampling_done.set()
             writer.close()
-            if self.broker is not None:
-                self.broker.stop()
-            if self.mock is not None:
-                self.mock.stop()
-            if tmp is not None:
-                tmp.cleanup()
+
+
+def wait_brokers(bootstrap: str, count: int, timeout: float = 60.0) -> None:
+    """Until the cluster's metadata lists `count` brokers (placement needs them all)."""
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if len(admin.list_topics(timeout=5).brokers) >= count:
+                return
+        except KafkaException:
+            pass
+        time.sleep(0.2)
+    raise RuntimeError(f"the cluster did not list {count} brokers within {timeout:.0f}s")
 
 
 # The counts the progress line shows, named as in the report and on the timeline page.
