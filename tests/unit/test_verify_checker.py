@@ -643,3 +643,39 @@ def test_fault_windows_one_per_start() -> None:
     assert windows[0].heal_detail == "restarted"
     result = check(ops)
     assert result.stats["faults"] == len(windows) == len(result.to_json()["faults"])
+
+
+# -- which fault was active ----------------------------------------------------------------------
+
+
+def lost_write_history(fault_from: float, fault_to: float) -> list[Op]:
+    """Value a acknowledged at t=10, lost; b acknowledged at 20 and read at 30."""
+    return [
+        Send("p", 1, "invoke", T, 0, "a", time=10.0),
+        Fault("kill", "start", "broker 2", time=fault_from),
+        Send("p", 1, "ok", T, 0, "a", offset=0, time=10.5),
+        Fault("kill", "end", "broker 2", time=fault_to),
+        Send("p", 2, "invoke", T, 0, "b", time=20.0),
+        Send("p", 2, "ok", T, 0, "b", offset=1, time=20.5),
+        Poll("c", 1, "invoke", "assign", "read_committed", time=30.0),
+        Poll("c", 1, "ok", "assign", "read_committed", (Record(T, 0, 1, "b"),), time=30.5),
+        FinalRead(T, 0, "read_committed", (Record(T, 0, 1, "b"),), time=40.0),
+    ]
+
+
+def test_an_anomaly_names_the_fault_active_while_its_proof_ran() -> None:
+    result = check(lost_write_history(10.2, 12.0))
+    (a,) = only(result, "lost-write")
+    assert a.faults == (1,) and a.next_fault is None
+    assert a.fault_note(result.faults) == "during #1 kill broker 2"
+    assert a.to_json()["faults"] == [1]
+
+
+def test_an_anomaly_with_no_fault_active_names_the_next_one() -> None:
+    ops = lost_write_history(35.0, 36.0)  # after every proving op: not during them
+    ops.insert(0, Fault("pause", "start", "broker 1", time=1.0))
+    ops.insert(1, Fault("pause", "end", "broker 1", time=2.0))
+    result = check(ops)
+    (a,) = only(result, "lost-write")
+    assert a.faults == () and a.next_fault == 2
+    assert a.fault_note(result.faults) == "no fault active; next #2 kill broker 2"

@@ -40,3 +40,16 @@ def test_no_live_writer_is_not_a_fault_window() -> None:
         fault.start()
     assert a.crashed == 0
     assert fault.heal() is None  # nothing to undo
+
+
+def test_transaction_coordinator_partition_is_kafkas() -> None:
+    """Java's String.hashCode and Kafka's abs-mod placement (values computed with Java)."""
+    from oncelog.verify.roles import java_string_hash, txn_partition
+
+    assert java_string_hash("") == 0
+    assert java_string_hash("abc") == 96354
+    assert java_string_hash("transactional-id-1") == 1051133891
+    assert java_string_hash("héllo-✓") == 289802964
+    assert java_string_hash("polygenelubricants") == -(1 << 31)  # Integer.MIN_VALUE
+    assert txn_partition("polygenelubricants", 50) == 0
+    assert txn_partition("transactional-id-1", 50) == 1051133891 % 50

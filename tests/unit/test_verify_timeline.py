@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.verify.history import Fault, FinalRead, Op, Poll, Record, Send, Txn
+from oncelog.verify.history import Fault, FinalRead, Leaders, Op, Poll, Record, Send, Txn
 from oncelog.verify.timeline import Band, build, fault_labels, render, write_timeline
 
 
@@ -44,7 +44,7 @@ def test_build_buckets_per_second_and_pairs_fault_windows() -> None:
 def test_render_is_self_contained_with_fault_bands(tmp_path: Path) -> None:
     page = render(synthetic(), "t <1>")
     assert page.startswith("<!DOCTYPE html>") and "<svg" in page and "</svg>" in page
-    assert ">#1 kill</text>" in page and ">#2 pause</text>" in page
+    assert ">#1 kill broker-0</text>" in page and ">#2 pause broker-0</text>" in page
     assert page.count('<g class="fault">') == 2
     assert "<script" not in page and "http://" not in page.replace("http://www.w3.org/2000/svg", "")
     assert "t &lt;1&gt;" in page
@@ -120,3 +120,24 @@ def test_close_fault_windows_get_labels_in_separate_lanes() -> None:
     for lane in {lb.lane for lb in labels}:
         row = sorted((lb.x, lb.x + lb.width) for lb in labels if lb.lane == lane)
         assert all(end <= start for (_, end), (start, _) in itertools.pairwise(row))
+
+
+def test_role_lanes_show_who_led_from_each_change_to_the_next() -> None:
+    """The leaders observations become one lane for the controller and one per partition."""
+    ops = synthetic()
+    ops.insert(0, Leaders(1, (("t", 0, 2), ("t", 1, 3)), time=1_000.0))
+    ops.insert(5, Leaders(1, (("t", 0, 3), ("t", 1, 3)), time=1_004.0))
+    ops.insert(9, Leaders(2, (("t", 0, -1), ("t", 1, 3)), time=1_006.0))
+    tl = build(ops)
+    lanes = {lane.name: lane.segments for lane in tl.roles}
+    assert lanes["controller"] == [(0.0, 6.0, 1), (6.0, pytest.approx(9.1), 2)]
+    assert lanes["t-0"] == [(0.0, 4.0, 2), (4.0, 6.0, 3), (6.0, pytest.approx(9.1), -1)]
+    assert lanes["t-1"] == [(0.0, pytest.approx(9.1), 3)]
+    page = render(ops)
+    assert page.count('<g class="role"') == 6
+    assert 'data-lane="t-0" data-node="-1"' in page and "who led" in page
+
+
+def test_a_history_without_leaders_has_no_role_lanes() -> None:
+    assert build(synthetic()).roles == []
+    assert "who led" not in render(synthetic())

@@ -184,7 +184,19 @@ def summary(result: CheckResult) -> str:
         if a.kind not in seen:
             seen.add(a.kind)
             ops = ", ".join(o.label() for o in a.ops)
-            lines.append(f"e.g. {a.kind} on {a.topic}-{a.partition}: {a.details} by {ops}")
+            note = a.fault_note(result.faults)
+            lines.append(
+                f"e.g. {a.kind} on {a.topic}-{a.partition}: {a.details} by {ops}"
+                + (f" ({note})" if note else "")
+            )
+    if result.anomalies and result.faults:
+        by_fault: dict[str, int] = {}
+        for a in result.anomalies:
+            kinds = sorted({result.faults[n - 1].kind for n in a.faults}) or ["none"]
+            for kind in kinds:
+                by_fault[kind] = by_fault.get(kind, 0) + 1
+        shown = ", ".join(f"{k} {n}" for k, n in sorted(by_fault.items()))
+        lines.append(f"anomalies by the fault active during them: {shown}")
     lines.append("")
     lines.append(result.verdict)
     return "\n".join(lines)

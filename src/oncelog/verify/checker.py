@@ -34,7 +34,7 @@ import itertools
 import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,26 @@ class Anomaly:
     partition: int
     details: dict[str, Any]
     ops: tuple[OpRef, ...]
+    #: Fault windows (numbered from 1 in start order, as on the timeline) active while the
+    #: proving operations ran (from the first one's invocation to the last one's completion,
+    #: the final read aside: it runs after every fault healed).
+    faults: tuple[int, ...] = ()
+    #: When none was active: the first window that began after the proving operations began
+    #: (a write acknowledged before a fault can be lost by that fault).
+    next_fault: int | None = None
+
+    def fault_note(self, windows: Sequence[FaultWindow]) -> str:
+        """`during #3 kill broker 2`, `no fault active; next #4 pause broker 1`, or ``""``."""
+
+        def name(n: int) -> str:
+            w = windows[n - 1]
+            return f"#{n} {w.kind} {w.target}"
+
+        if self.faults:
+            return "during " + ", ".join(name(n) for n in self.faults)
+        if self.next_fault is not None:
+            return f"no fault active; next {name(self.next_fault)}"
+        return "no fault active" if windows else ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -110,6 +130,8 @@ class Anomaly:
             "partition": self.partition,
             "details": self.details,
             "ops": [o.to_json() for o in self.ops],
+            "faults": list(self.faults),
+            "next_fault": self.next_fault,
         }
 
 
@@ -285,6 +307,9 @@ class Checker:
         self._check_copies()
         self.result.stats = self.ix.tally.counts()
         self.result.faults = fault_windows(self.ix.ops)
+        self.result.anomalies = [
+            attribute(a, self.ix.ops, self.result.faults) for a in self.result.anomalies
+        ]
         return self.result
 
     def _add(
@@ -530,6 +555,47 @@ class Checker:
 def check(ops: Sequence[Op]) -> CheckResult:
     """Check one history; see the module docstring for what is checked."""
     return Checker(ops).run()
+
+
+def attribute(anomaly: Anomaly, ops: Sequence[Op], windows: Sequence[FaultWindow]) -> Anomaly:
+    """The anomaly with the fault windows active while its proving operations ran."""
+    if not windows:
+        return anomaly
+    times: list[float] = []
+    for ref in anomaly.ops:
+        op = ops[ref.position]
+        if isinstance(op, FinalRead) or not op.time:
+            continue
+        times.append(op.time)
+        invoked = _invocation_time(ops, ref)
+        if invoked:
+            times.append(invoked)
+    if not times:
+        return anomaly
+    first, last = min(times), max(times)
+    during = tuple(
+        n
+        for n, w in enumerate(windows, start=1)
+        if w.start <= last and (w.end is None or w.end >= first)
+    )
+    later = next((n for n, w in enumerate(windows, start=1) if w.start > first), None)
+    return replace(anomaly, faults=during, next_fault=None if during else later)
+
+
+def _invocation_time(ops: Sequence[Op], ref: OpRef) -> float:
+    """The invocation time of the operation a completion belongs to (a short look back)."""
+    if ref.process is None:
+        return 0.0
+    for pos in range(ref.position - 1, max(-1, ref.position - 20_000), -1):
+        op = ops[pos]
+        if (
+            isinstance(op, Send | Txn | Poll)
+            and op.process == ref.process
+            and op.index == ref.index
+            and op.phase == "invoke"
+        ):
+            return op.time
+    return 0.0
 
 
 def _happened_before(pos: int, op: Op, other_pos: int, other: Op) -> bool:

@@ -19,7 +19,7 @@ shaded bands from their start to their end (to the end of the history when never
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html import escape
 from pathlib import Path
 
@@ -30,7 +30,16 @@ WIDTH, PLOT_H, GAP, LEFT, RIGHT = 960, 180, 40, 60, 20
 LANE_H, LABEL_TOP = 14, 6  # one lane of fault labels, and the margin above the first
 CHAR_W, LABEL_PAD = 7.0, 6.0  # a generous width per character of the 11px labels, and spacing
 LEGEND_STEP = 300
-FAULT_COLOURS = {"kill": "#f4a6a6", "pause": "#a6c8f4", "crash": "#f4d9a6"}
+FAULT_COLOURS = {
+    "kill": "#f4a6a6",
+    "pause": "#a6c8f4",
+    "crash": "#f4d9a6",
+    "partition": "#c9a6f4",
+    "etcd": "#a6f4c9",
+    "bounce": "#f4a6e0",
+}
+ROLE_H = 14  # one role lane (the controller, a partition's leader)
+BROKER_COLOURS = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69")
 OTHER_FAULT = "#d9d9d9"
 STYLE = (
     "body{font-family:sans-serif;margin:1em 2em}table{border-collapse:collapse;margin:.5em 0}"
@@ -54,7 +63,7 @@ class Band:
 
     @property
     def label(self) -> str:
-        return f"#{self.number} {self.kind}"
+        return f"#{self.number} {self.kind} {self.target}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,13 +86,50 @@ class Series:
 
 
 @dataclass(frozen=True, slots=True)
+class RoleLane:
+    """Who held one role over time (the controller, a partition's leadership): segments of
+    (start, end, node id) in seconds from the start of the history; -1 is nobody."""
+
+    name: str
+    segments: list[tuple[float, float, int]]
+
+
+@dataclass(frozen=True, slots=True)
 class Timeline:
-    """What the picture shows: per-second series in two panels, and the fault bands."""
+    """What the picture shows: per-second series in two panels, the fault bands, and the role
+    lanes (empty when the history recorded no leaders)."""
 
     seconds: int
     throughput: list[Series]
     errors: list[Series]
     bands: list[Band]
+    roles: list[RoleLane] = field(default_factory=list)
+
+
+def role_lanes(ops: list[Op], t0: float, t1: float) -> list[RoleLane]:
+    """From the history's ``leaders`` observations: one lane for the controller, one per
+    partition, each holder shown from the observation until the next one that differs."""
+    observed = [op for op in ops if isinstance(op, Leaders)]
+    if not observed:
+        return []
+    changes: dict[str, list[tuple[float, int]]] = {"controller": []}
+    for op in observed:
+        at = max(0.0, op.time - t0)
+        changes["controller"].append((at, op.controller))
+        for topic, partition, leader in op.leaders:
+            changes.setdefault(f"{topic}-{partition}", []).append((at, leader))
+    end = max(0.0, t1 - t0)
+    lanes = []
+    for name, points in changes.items():
+        segments: list[tuple[float, float, int]] = []
+        for at, node in points:
+            if segments and segments[-1][2] == node:
+                continue
+            if segments:
+                segments[-1] = (segments[-1][0], at, segments[-1][2])
+            segments.append((at, end, node))
+        lanes.append(RoleLane(name, segments))
+    return lanes
 
 
 def build(ops: list[Op], result: CheckResult | None = None) -> Timeline:
@@ -126,6 +172,7 @@ def build(ops: list[Op], result: CheckResult | None = None) -> Timeline:
         [Series("acknowledged", "#1f77b4", acked), Series("polled_records", "#2ca02c", polled)],
         [Series("failed", "#d62728", failed), Series("indeterminate", "#ff7f0e", infos)],
         bands,
+        role_lanes(ops, t0, t1),
     )
 
 
@@ -187,7 +234,10 @@ def _anomaly_table(result: CheckResult) -> str:
         if kind in first:
             a = first[kind]
             proof = ", ".join(o.label() for o in a.ops)
-            example = escape(f"{a.topic}-{a.partition}: {a.details} by {proof}")
+            note = a.fault_note(result.faults)
+            example = escape(
+                f"{a.topic}-{a.partition}: {a.details} by {proof}" + (f" ({note})" if note else "")
+            )
         hit = ' class="hit"' if n else ""
         rows.append(
             f'<tr{hit}><td>{escape(kind)}</td><td class="n">{n}</td><td>{example}</td></tr>'
@@ -232,7 +282,9 @@ def _svg(tl: Timeline) -> str:
     labels = fault_labels(tl.bands, x_scale)
     lanes = max((lb.lane + 1 for lb in labels), default=0)
     top = LABEL_TOP + lanes * LANE_H + 8
-    height = top + 2 * PLOT_H + GAP + 24
+    roles_h = (len(tl.roles) * ROLE_H + GAP // 2) if tl.roles else 0
+    shaded = 2 * PLOT_H + GAP + roles_h
+    height = top + shaded + 24
     parts = [
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height}" '
         f'viewBox="0 0 {WIDTH} {height}" font-family="sans-serif" font-size="11">',
@@ -247,7 +299,7 @@ def _svg(tl: Timeline) -> str:
         parts.append(
             f'<g class="fault"><title>{escape(b.label)} {escape(b.target)} '
             f"{b.start:.1f}s-{b.end:.1f}s</title>"
-            f'<rect x="{x:.1f}" y="{top}" width="{w:.1f}" height="{2 * PLOT_H + GAP}" '
+            f'<rect x="{x:.1f}" y="{top}" width="{w:.1f}" height="{shaded}" '
             f'fill="{colour}" fill-opacity="0.5"/>'
             f'<line x1="{x:.1f}" y1="{baseline + 2}" x2="{x:.1f}" y2="{top}" stroke="#999"/>'
             f'<text x="{lb.x:.1f}" y="{baseline}" fill="#444" data-lane="{lb.lane}">'
@@ -255,13 +307,49 @@ def _svg(tl: Timeline) -> str:
         )
     for panel, series in enumerate((tl.throughput, tl.errors)):
         parts.append(_panel(series, top + panel * (PLOT_H + GAP), plot_w, x_scale))
-    bottom = top + 2 * PLOT_H + GAP
+    if tl.roles:
+        parts.append(_role_lanes(tl.roles, top + 2 * PLOT_H + GAP + GAP // 2, x_scale))
+    bottom = top + shaded
     step = max(1, math.ceil(tl.seconds / 20))
     for s in range(0, tl.seconds + 1, step):
         x = LEFT + s * x_scale
         parts.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle">{s}s</text>')
     parts.append("</svg>")
     return "\n".join(parts)
+
+
+def _role_lanes(lanes: list[RoleLane], top: int, x_scale: float) -> str:
+    """One row per role: segments coloured by the broker holding it, its id written inside."""
+    out = [f'<text x="{LEFT}" y="{top - 6}" fill="#444">who led (from metadata)</text>']
+    for row, lane in enumerate(lanes):
+        y = top + row * ROLE_H
+        out.append(
+            f'<text x="{LEFT - 4}" y="{y + ROLE_H - 4}" text-anchor="end" font-size="9">'
+            f"{escape(_short(lane.name))}</text>"
+        )
+        for start, end, node in lane.segments:
+            x, w = LEFT + start * x_scale, max(1.0, (end - start) * x_scale)
+            colour = BROKER_COLOURS[node % len(BROKER_COLOURS)] if node >= 0 else "#eeeeee"
+            who = f"broker {node}" if node >= 0 else "none"
+            out.append(
+                f'<g class="role" data-lane="{escape(lane.name)}" data-node="{node}">'
+                f"<title>{escape(lane.name)}: {who} {start:.1f}s-{end:.1f}s</title>"
+                f'<rect x="{x:.1f}" y="{y}" width="{w:.1f}" height="{ROLE_H - 2}" '
+                f'fill="{colour}"/>'
+                + (
+                    f'<text x="{x + 2:.1f}" y="{y + ROLE_H - 4}" font-size="9">'
+                    f"{node if node >= 0 else '-'}</text>"
+                    if w > 10
+                    else ""
+                )
+                + "</g>"
+            )
+    return "\n".join(out)
+
+
+def _short(name: str, width: int = 9) -> str:
+    """A lane name that fits left of the plot: the end of it (the partition number shows)."""
+    return name if len(name) <= width else "…" + name[-(width - 1) :]
 
 
 def _panel(series: list[Series], top: int, plot_w: int, x_scale: float) -> str:
