@@ -53,7 +53,8 @@ def test_verify_run_with_faults_is_clean(tmp_path: Path) -> None:
     assert data["stats"]["faults"] == len(data["faults"]) >= 2
     page = timeline.read_text()
     assert "<svg" in page and page.count('<g class="fault">') == data["stats"]["faults"]
-    assert " kill</text>" in page and " pause</text>" in page
+    assert re.search(r"#\d+ kill broker@[\d.:]+</text>", page)
+    assert re.search(r"#\d+ pause broker@[\d.:]+</text>", page)
     assert page.index("OK: no anomalies") < page.index('<table class="anomalies">')
     assert page.index('<table class="anomalies">') < page.index("<svg")
     # The last progress line, the summary, the report and the timeline agree on every count.

@@ -102,9 +102,9 @@ class Anomaly:
     partition: int
     details: dict[str, Any]
     ops: tuple[OpRef, ...]
-    #: Fault windows (numbered from 1 in start order, as on the timeline) active while the
-    #: proving operations ran (from the first one's invocation to the last one's completion,
-    #: the final read aside: it runs after every fault healed).
+    #: Fault windows (numbered from 1 in start order, as on the timeline) active while one of
+    #: the proving operations ran (its invocation to its completion; the final read aside: it
+    #: runs after every fault healed).
     faults: tuple[int, ...] = ()
     #: When none was active: the first window that began after the proving operations began
     #: (a write acknowledged before a fault can be lost by that fault).
@@ -558,27 +558,26 @@ def check(ops: Sequence[Op]) -> CheckResult:
 
 
 def attribute(anomaly: Anomaly, ops: Sequence[Op], windows: Sequence[FaultWindow]) -> Anomaly:
-    """The anomaly with the fault windows active while its proving operations ran."""
+    """The anomaly with the fault windows active while one of its proving operations ran
+    (from its invocation to its completion); not those of the quiet time between them."""
     if not windows:
         return anomaly
-    times: list[float] = []
+    spans: list[tuple[float, float]] = []
     for ref in anomaly.ops:
         op = ops[ref.position]
         if isinstance(op, FinalRead) or not op.time:
             continue
-        times.append(op.time)
-        invoked = _invocation_time(ops, ref)
-        if invoked:
-            times.append(invoked)
-    if not times:
+        invoked = _invocation_time(ops, ref) or op.time
+        spans.append((min(invoked, op.time), op.time))
+    if not spans:
         return anomaly
-    first, last = min(times), max(times)
     during = tuple(
         n
         for n, w in enumerate(windows, start=1)
-        if w.start <= last and (w.end is None or w.end >= first)
+        if any(w.start <= last and (w.end is None or w.end >= first) for first, last in spans)
     )
-    later = next((n for n, w in enumerate(windows, start=1) if w.start > first), None)
+    began = min(first for first, _ in spans)
+    later = next((n for n, w in enumerate(windows, start=1) if w.start > began), None)
     return replace(anomaly, faults=during, next_fault=None if during else later)
 
 

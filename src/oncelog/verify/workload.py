@@ -306,6 +306,23 @@ class IdempotentProducer(Client):
                 return
             except BufferError:
                 producer.poll(0.1)
+            except KafkaException as e:  # e.g. the producer hit a fatal error: nothing queued
+                failed = h.Send(
+                    process,
+                    index,
+                    "fail",
+                    topic,
+                    partition,
+                    value,
+                    None,
+                    tid,
+                    txn,
+                    source=source,
+                    error=_error_text(e.args[0]),
+                    time=time.time(),
+                )
+                self.rec.write(failed)
+                raise
 
 
 class TransactionalProducer(IdempotentProducer):
@@ -373,11 +390,15 @@ class TransactionalProducer(IdempotentProducer):
             if not self.txn_op("begin", txn, producer.begin_transaction):
                 producer = self.recreate(producer)
                 continue
-            for _ in range(rng.randint(1, 5)):
-                self.send(producer, self.run_.next_partition(), self.transactional_id(), txn)
-                producer.poll(0)
-                done += 1
-                self.pace(self.run_.per_client_rate, started, done)
+            try:
+                for _ in range(rng.randint(1, 5)):
+                    self.send(producer, self.run_.next_partition(), self.transactional_id(), txn)
+                    producer.poll(0)
+                    done += 1
+                    self.pace(self.run_.per_client_rate, started, done)
+            except KafkaException:  # a fatal producer: its transaction is left to time out
+                producer = self.recreate(producer)
+                continue
             producer.flush(15)
             if not self.finish(producer, txn, rng.random() < self.run_.config.abort_probability):
                 producer = self.recreate(producer)
