@@ -1,0 +1,980 @@
+"""`oncelog verify transactions`: Kafka's transactions system test, ours.
+
+After Apache Kafka's `tests/kafkatest/tests/core/transactions_test.py`: an idempotent producer
+seeds an input topic with the integers 0..N-1; transactional copiers (one transactional.id each,
+one consumer group, subscribe mode) move them to an output topic with consume-transform-produce
+(read_committed consumer, transactional producer, `send_offsets_to_transaction` with the
+consumer's group metadata, commit; on an error abort and rewind to the committed offsets; a
+fenced copier is recreated under the same transactional.id) while brokers are hard-killed or
+bounced, one at a time. Then a read_committed read of the whole output topic must hold every
+input exactly once, each output partition p listing input partition p's values in input order
+(a copy goes to the partition with its input's number, as Kafka's copier does).
+
+Why no history here, unlike `verify run`: the claim is about end states (every input copied
+once, in order), and 100,000 records through a history would cost more than the copy. The proof
+of an anomaly is its evidence (partition, offsets, values, the faults) in the report.
+
+The check (`check_copy`) is a pure function over per-partition sequences, testable without a
+broker. Fault targets are chosen by role from metadata (a partition leader, a transaction
+coordinator, the group coordinator), as those are the brokers whose loss tests the protocol.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from bisect import bisect_left
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+)
+from confluent_kafka import TopicPartition as CkTopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+
+from oncelog.verify.cluster import LocalCluster
+from oncelog.verify.workload import ClientStuck, bounded, new_consumer
+
+FAULT_KINDS = ("kill", "bounce")
+ROLES = ("leader", "txn-coordinator", "group-coordinator")
+TXN_TOPIC = "__transaction_state"
+OFFSETS_TOPIC = "__consumer_offsets"
+EXAMPLES = 5
+
+Value = Hashable  # a record's value: an int when it parses as one, else the text
+
+
+class RunBroken(Exception):
+    """The run itself failed (not the broker's promises): exit 2 with this one line."""
+
+
+# --- the check -------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class CopyCheck:
+    """Expected values per partition (in order) against the records found there."""
+
+    expected: int = 0
+    found: int = 0
+    copied: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    order_violations: int = 0
+    unexpected: int = 0
+    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def anomalies(self) -> int:
+        return self.duplicates + self.missing + self.order_violations + self.unexpected
+
+    @property
+    def ok(self) -> bool:
+        return self.anomalies == 0
+
+    def example(self, kind: str, item: dict[str, Any], limit: int) -> None:
+        shown = self.examples.setdefault(kind, [])
+        if len(shown) < limit:
+            shown.append(item)
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "ok": self.ok}
+
+
+def _longest_increasing(indices: Sequence[int]) -> set[int]:
+    """Positions (into `indices`) of one longest strictly increasing subsequence."""
+    tails: list[int] = []  # tails[k]: smallest tail value of an increasing run of length k+1
+    tail_at: list[int] = []  # its position
+    before = [-1] * len(indices)
+    for pos, x in enumerate(indices):
+        k = bisect_left(tails, x)
+        if k == len(tails):
+            tails.append(x)
+            tail_at.append(pos)
+        else:
+            tails[k], tail_at[k] = x, pos
+        before[pos] = tail_at[k - 1] if k > 0 else -1
+    keep: set[int] = set()
+    pos = tail_at[-1] if tail_at else -1
+    while pos >= 0:
+        keep.add(pos)
+        pos = before[pos]
+    return keep
+
+
+def check_copy(
+    expected: Mapping[int, Sequence[Value]],
+    found: Mapping[int, Sequence[tuple[int, Value]]],
+    examples: int = EXAMPLES,
+) -> CopyCheck:
+    """Does partition p of `found` (offset, value records) hold exactly `expected[p]`, once
+    each, in order?
+
+    - duplicate: a further record of a value already found in its partition (each counts);
+    - missing: an expected value found nowhere in its partition;
+    - order violation: the fewest records that must move to restore the expected order (those
+      outside a longest in-order subsequence of first copies);
+    - unexpected: a record whose value partition p does not expect (misplaced or never written).
+    """
+    result = CopyCheck()
+    for p in sorted(set(expected) | set(found)):
+        want = list(expected.get(p, ()))
+        position = {v: i for i, v in enumerate(want)}
+        result.expected += len(want)
+        first_offset: dict[Value, int] = {}
+        firsts: list[tuple[int, Value, int]] = []  # (offset, value, expected index)
+        for offset, value in found.get(p, ()):
+            result.found += 1
+            index = position.get(value)
+            if index is None:
+                result.unexpected += 1
+                item = {"partition": p, "offset": offset, "value": value}
+                result.example("unexpected", item, examples)
+            elif value in first_offset:
+                result.duplicates += 1
+                item = {"partition": p, "value": value, "offsets": (first_offset[value], offset)}
+                result.example("duplicates", item, examples)
+            else:
+                first_offset[value] = offset
+                firsts.append((offset, value, index))
+        result.copied += len(firsts)
+        for i, value in enumerate(want):
+            if value not in first_offset:
+                result.missing += 1
+                after = want[i - 1] if i else None
+                item = {"partition": p, "value": value, "expected_after": after}
+                result.example("missing", item, examples)
+        in_order = _longest_increasing([index for _, _, index in firsts])
+        for pos, (offset, value, index) in enumerate(firsts):
+            if pos in in_order:
+                continue
+            result.order_violations += 1
+            # The evidence: its neighbours in the input, and where the output has them.
+            before = want[index - 1] if index > 0 else None
+            after = want[index + 1] if index + 1 < len(want) else None
+            item = {
+                "partition": p,
+                "offset": offset,
+                "value": value,
+                "input_before": before,
+                "input_before_offset": first_offset.get(before),
+                "input_after": after,
+                "input_after_offset": first_offset.get(after),
+            }
+            result.example("order_violations", item, examples)
+    return result
+
+
+# --- roles (fault targets) -----------------------------------------------------------------
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: over UTF-16 code units, 32-bit wrap-around, signed."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def coordinator_partition(key: str, partitions: int) -> int:
+    """Kafka's `Utils.abs(key.hashCode()) % partitions` (abs of Integer.MIN_VALUE is 0)."""
+    h = java_string_hash(key)
+    return (0 if h == -(1 << 31) else abs(h)) % partitions
+
+
+# --- configuration and counts ----------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class TxnTestConfig:
+    """What `oncelog verify transactions` was asked to do."""
+
+    bootstrap: str | None = None
+    start_cluster: int = 0
+    replication_factor: int | None = None
+    min_insync_replicas: int | None = None
+    messages: int = 100_000
+    copiers: int = 3
+    partitions: int = 4
+    transaction_size: int = 500
+    faults: list[str] = field(default_factory=list)
+    fault_interval: float = 4.0
+    fault_downtime: float = 4.0
+    faults_min: int | None = None
+    recovery_timeout: float = 60.0
+    copy_timeout: float = 900.0
+    topic: str = ""
+    progress: bool = True
+    keep_dir: Path | None = None
+
+    def min_faults(self) -> int:
+        if not self.faults:
+            return 0
+        return 10 if self.faults_min is None else self.faults_min
+
+
+@dataclass(slots=True)
+class CopierCounts:
+    """What the copiers went through (summed over copiers for the report)."""
+
+    transactions: int = 0
+    commits: int = 0
+    aborts: int = 0
+    commit_retries: int = 0
+    restarts: int = 0
+    fencings: int = 0
+    stuck: int = 0
+    consumer_replacements: int = 0
+    rewinds: int = 0
+    rebalances: int = 0
+
+    def add(self, other: CopierCounts) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+@dataclass(slots=True)
+class FaultRecord:
+    kind: str
+    broker: int
+    role: str
+    target: str
+    at: float
+    down_seconds: float = 0.0
+    recovered_seconds: float | None = None
+
+
+# --- the copier ---------------------------------------------------------------------------------
+
+
+class Copier(threading.Thread):
+    """One transactional copier: Kafka's TransactionalMessageCopier, in confluent-kafka.
+
+    Each batch the consumer returns is one transaction: its records go to the output partition
+    with their input partition's number, the offsets after them go into the transaction with
+    the consumer's group metadata (taken when the batch was polled, as Java's groupMetadata()
+    only changes in poll), then commit. A transaction is never open across consume(), where
+    rebalance callbacks run, so a revoked partition's records are always decided before another
+    member gets it. Errors: abort and rewind to the committed offsets; a fatal error (fenced)
+    or a failed abort recreates the producer under the same transactional.id.
+    """
+
+    def __init__(self, job: TxnTest, index: int) -> None:
+        super().__init__(name=f"copier{index}", daemon=True)
+        self.job = job
+        self.transactional_id = f"{job.input_topic}-copier{index}"
+        self.counts = CopierCounts()
+        self.failure: BaseException | None = None
+        self.generation = 0
+        self.abandoned: list[Producer | Consumer] = []
+
+    # clients
+
+    def make_producer(self) -> Producer:
+        """A transactional producer, initialized (fencing any earlier instance)."""
+        self.generation += 1
+        producer = Producer(
+            {
+                "bootstrap.servers": self.job.bootstrap,
+                "log_level": 0,
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": 40000,
+                "message.timeout.ms": 30000,
+                "linger.ms": 5,
+                "client.id": f"{self.transactional_id}.{self.generation}",
+            }
+        )
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                bounded(partial(producer.init_transactions, 30), 60)
+                return producer
+            except KafkaException as e:
+                if e.args[0].fatal() or time.monotonic() > deadline:
+                    raise
+            except ClientStuck:
+                if time.monotonic() > deadline:
+                    raise
+            if self.job.done.is_set():
+                return producer
+
+    def make_consumer(self) -> Consumer:
+        consumer = new_consumer(
+            self.job.bootstrap,
+            self.job.group,
+            "read_committed",
+            f"{self.transactional_id}.consumer",
+            **{
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 1000,
+            },
+        )
+
+        def assigned(_: Consumer, partitions: list[CkTopicPartition]) -> None:
+            self.counts.rebalances += 1
+
+        consumer.subscribe([self.job.input_topic], on_assign=assigned)
+        return consumer
+
+    def close_consumer(self, consumer: Consumer) -> None:
+        try:
+            bounded(consumer.close, 15)
+        except (KafkaException, ClientStuck, RuntimeError):
+            self.abandoned.append(consumer)
+
+    def replace_consumer(self, consumer: Consumer) -> Consumer:
+        """A new group member: it starts from the committed offsets (a rewind)."""
+        self.counts.consumer_replacements += 1
+        self.close_consumer(consumer)
+        return self.make_consumer()
+
+    def replace_producer(self, producer: Producer, reason: str) -> Producer:
+        """Recreate under the same transactional.id; init_transactions fences the old one and
+        aborts its open transaction. The old handle stays referenced (it may be blocked)."""
+        self.counts.restarts += 1
+        if reason == "fenced":
+            self.counts.fencings += 1
+        elif reason == "stuck":
+            self.counts.stuck += 1
+        self.abandoned.append(producer)
+        return self.make_producer()
+
+    def rewind(self, consumer: Consumer) -> Consumer:
+        """Back to the group's committed offsets; a consumer that cannot seek is replaced."""
+        self.counts.rewinds += 1
+        try:
+            assignment = consumer.assignment()
+            committed = bounded(partial(consumer.committed, assignment, 15), 30)
+            for tp in committed:
+                if tp.offset < 0:
+                    tp.offset = OFFSET_BEGINNING
+                consumer.seek(tp)
+            return consumer
+        except (KafkaException, ClientStuck, RuntimeError):
+            return self.replace_consumer(consumer)
+
+    # transactions
+
+    def commit(self, producer: Producer) -> None:
+        """commit_transaction, retried while retriable (an answer lost to a dead coordinator
+        is asked again: librdkafka resumes the same commit)."""
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                bounded(partial(producer.commit_transaction, 30), 60)
+                return
+            except KafkaException as e:
+                err = e.args[0]
+                if err.fatal() or err.txn_requires_abort() or not err.retriable():
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                self.counts.commit_retries += 1
+
+    def abort(self, producer: Producer) -> bool:
+        """abort_transaction, retried while retriable; False when the producer must go."""
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                bounded(partial(producer.abort_transaction, 30), 60)
+                self.counts.aborts += 1
+                return True
+            except KafkaException as e:
+                err = e.args[0]
+                if err.fatal() or not err.retriable() or time.monotonic() > deadline:
+                    return False
+            except ClientStuck:
+                return False
+
+    def copy(self, producer: Producer, consumer: Consumer, records: list[Message]) -> None:
+        """One transaction: the copies, the consumed offsets, commit."""
+        meta = consumer.consumer_group_metadata()
+        producer.begin_transaction()
+        self.counts.transactions += 1
+        ends: dict[int, int] = {}
+        for m in records:
+            partition, offset = m.partition(), m.offset()
+            assert partition is not None and offset is not None
+            while True:
+                try:
+                    producer.produce(self.job.output_topic, m.value(), m.key(), partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            ends[partition] = offset + 1
+        offsets = [CkTopicPartition(self.job.input_topic, p, o) for p, o in sorted(ends.items())]
+        bounded(partial(producer.send_offsets_to_transaction, offsets, meta, 30), 60)
+        self.commit(producer)
+        self.counts.commits += 1
+        self.job.copied_add(len(records))
+
+    def work(self) -> None:
+        producer, consumer = self.make_producer(), self.make_consumer()
+        gated = False
+        while not self.job.done.is_set():
+            if self.job.allowance() <= 0:
+                gated = True
+                consumer.pause(consumer.assignment())
+            elif gated:
+                consumer.resume(consumer.assignment())
+            try:
+                polled = consumer.consume(self.job.config.transaction_size, 0.5)
+            except KafkaException:
+                consumer = self.replace_consumer(consumer)
+                continue
+            records = [m for m in polled if m.error() is None]
+            if not records:
+                continue
+            try:
+                self.copy(producer, consumer, records)
+                continue
+            except ClientStuck:
+                # The librdkafka coordinator bug (see workload.bounded): abandon both handles.
+                producer = self.replace_producer(producer, "stuck")
+                consumer = self.replace_consumer(consumer)
+                continue
+            except KafkaException as e:
+                err = e.args[0]
+                if err.fatal():
+                    producer = self.replace_producer(producer, "fenced")
+                elif not self.abort(producer):
+                    producer = self.replace_producer(producer, "abort failed")
+            consumer = self.rewind(consumer)
+        self.close_consumer(consumer)
+        try:
+            bounded(partial(producer.flush, 10), 20)
+        except ClientStuck:
+            self.abandoned.append(producer)
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as e:  # reported by the run (exit 2)
+            self.failure = e
+
+
+# --- the run -----------------------------------------------------------------------------------
+
+
+class TxnTest:
+    """One run: (cluster), topics, seed, copiers and faults, final reads, check, report."""
+
+    def __init__(self, config: TxnTestConfig) -> None:
+        self.config = config
+        base = config.topic or f"txn-test-{uuid.uuid4().hex[:8]}"
+        self.input_topic = f"{base}-in"
+        self.output_topic = f"{base}-out"
+        self.group = f"{base}-copiers"
+        self.bootstrap = config.bootstrap or ""
+        self.cluster: LocalCluster | None = None
+        self.done = threading.Event()
+        self.copy_finished = threading.Event()
+        self._lock = threading.Lock()
+        self._copied = 0
+        self.committed = 0  # sum of the group's committed input offsets (the monitor's view)
+        self.faults: list[FaultRecord] = []
+        self.faults_started = 0
+        self.faults_over = threading.Event()
+        self.fault_failure: BaseException | None = None
+        self.recovery_timeouts = 0
+        self.seconds: dict[str, float] = {}
+        self._admin: AdminClient | None = None
+        self._roles = itertools.cycle(ROLES)
+        self._turn = itertools.count()
+        self._copiers: list[Copier] = []
+        self.began = time.monotonic()
+
+    # shared state
+
+    @property
+    def admin(self) -> AdminClient:
+        if self._admin is None:
+            self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+        return self._admin
+
+    def copied_add(self, n: int) -> None:
+        with self._lock:
+            self._copied += n
+
+    def allowance(self) -> int:
+        """How many more records the copiers may copy now (`--faults-min`): the copy is cut
+        into min+1 slices and slice k opens when fault k starts, so at least `min` faults hit a
+        running copy. Unlimited without faults, after the last slice, or if faults stopped."""
+        need = self.config.min_faults()
+        if need == 0 or self.faults_started >= need or self.faults_over.is_set():
+            return 1 << 62
+        with self._lock:
+            copied = self._copied
+        return self.config.messages * (self.faults_started + 1) // (need + 1) - copied
+
+    # setup
+
+    def start_cluster(self, base: Path) -> None:
+        cfg = self.config
+        rf = cfg.replication_factor or min(3, cfg.start_cluster)
+        mir = cfg.min_insync_replicas or min(2, rf)
+        self.cluster = LocalCluster(base, cfg.start_cluster, rf, mir)
+        self.cluster.start()
+        self.bootstrap = self.cluster.bootstrap
+
+    def live_brokers(self) -> int:
+        try:
+            described = self.admin.describe_cluster(request_timeout=5)
+            return len(described.result(10).nodes)
+        except KafkaException:
+            return 0
+
+    def wait_brokers(self, count: int, timeout: float = 60.0) -> int:
+        """Until the cluster lists `count` brokers (or any, for count 0); returns the number."""
+        deadline = time.monotonic() + timeout
+        while True:
+            live = self.live_brokers()
+            if (live >= count and live > 0) or time.monotonic() > deadline:
+                return live
+            time.sleep(0.5)
+
+    def create_topics(self) -> None:
+        cfg = self.config
+        expected = cfg.start_cluster
+        live = self.wait_brokers(expected)
+        if live == 0 or live < expected:
+            raise RunBroken(f"the cluster lists {live} brokers, not {expected or 'any'}")
+        rf = cfg.replication_factor or min(3, live)
+        mir = cfg.min_insync_replicas or min(2, rf)
+        topics = [
+            NewTopic(t, cfg.partitions, rf, config={"min.insync.replicas": str(mir)})
+            for t in (self.input_topic, self.output_topic)
+        ]
+        for topic, future in self.admin.create_topics(topics, request_timeout=30).items():
+            try:
+                future.result(60)
+            except KafkaException as e:
+                raise RunBroken(f"cannot create {topic}: {e.args[0].str()}") from None
+        self.wait_recovered([self.input_topic, self.output_topic], cfg.recovery_timeout)
+
+    def partitions_ok(self, topics: Sequence[str]) -> bool:
+        """Every partition of `topics` has a leader and a full ISR (topics not yet created,
+        like `__transaction_state` before the first transaction, are skipped)."""
+        md = self.admin.list_topics(timeout=5)
+        for topic in topics:
+            t = md.topics.get(topic)
+            if t is None or t.error is not None:
+                if topic in (self.input_topic, self.output_topic):
+                    return False
+                continue
+            for p in t.partitions.values():
+                if p.leader < 0 or set(p.isrs) != set(p.replicas):
+                    return False
+        return True
+
+    def wait_recovered(self, topics: Sequence[str], timeout: float) -> float | None:
+        """Seconds until every partition of `topics` has a leader and a full ISR; None on
+        timeout."""
+        began = time.monotonic()
+        while time.monotonic() - began < timeout:
+            try:
+                if self.partitions_ok(topics):
+                    return time.monotonic() - began
+            except KafkaException:
+                pass
+            time.sleep(0.5)
+        return None
+
+    # seeding
+
+    def seed(self) -> dict[int, list[Value]]:
+        """N integers, partition i % P, from one idempotent producer; the acknowledged values
+        per partition in offset order (the input order the output must keep)."""
+        cfg = self.config
+        acked: dict[int, list[tuple[int, Value]]] = {p: [] for p in range(cfg.partitions)}
+        failed: list[str] = []
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            if err is not None:
+                failed.append(f"{err.name()}: {err.str()}")
+                return
+            partition, offset, raw = msg.partition(), msg.offset(), msg.value()
+            assert partition is not None and offset is not None and raw is not None
+            acked[partition].append((offset, int(raw)))
+
+        producer = Producer(
+            {
+                "bootstrap.servers": self.bootstrap,
+                "log_level": 0,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+                "message.timeout.ms": 120000,
+                "client.id": f"{self.input_topic}-seeder",
+            }
+        )
+        for i in range(cfg.messages):
+            while True:
+                try:
+                    producer.produce(
+                        self.input_topic,
+                        str(i).encode(),
+                        partition=i % cfg.partitions,
+                        on_delivery=delivered,
+                    )
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            producer.poll(0)
+        left = producer.flush(180)
+        if failed or left:
+            raise RunBroken(
+                f"seeding failed: {len(failed)} deliveries failed, {left} unanswered"
+                + (f" (first: {failed[0]})" if failed else "")
+            )
+        return {p: [v for _, v in sorted(acked[p])] for p in acked}
+
+    # reading
+
+    def stable(self, topic: str, timeout: float) -> dict[int, int]:
+        """Waits until no transaction is open on `topic` (LSO = high watermark everywhere);
+        returns the high watermarks."""
+        cfg = self.config
+        rc = new_consumer(self.bootstrap, f"{self.group}-probe", "read_committed", "probe-rc")
+        ru = new_consumer(self.bootstrap, f"{self.group}-probe", "read_uncommitted", "probe-ru")
+        deadline = time.monotonic() + timeout
+        try:
+            while True:
+                try:
+                    ends: dict[int, int] = {}
+                    for p in range(cfg.partitions):
+                        tp = CkTopicPartition(topic, p)
+                        _, lso = rc.get_watermark_offsets(tp, timeout=10, cached=False)
+                        _, high = ru.get_watermark_offsets(tp, timeout=10, cached=False)
+                        if lso != high:
+                            break
+                        ends[p] = high
+                    else:
+                        return ends
+                except KafkaException:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RunBroken(f"{topic} still has open transactions after {timeout:.0f}s")
+                time.sleep(1)
+        finally:
+            rc.close()
+            ru.close()
+
+    def read_all(self, topic: str, timeout: float = 300.0) -> dict[int, list[tuple[int, Value]]]:
+        """Every record of `topic`, read_committed, from offset 0 to the end: (offset, value)
+        per partition. Values that parse as integers are ints."""
+        cfg = self.config
+        ends = self.stable(topic, 120)
+        out: dict[int, list[tuple[int, Value]]] = {p: [] for p in range(cfg.partitions)}
+        consumer = new_consumer(
+            self.bootstrap,
+            f"{self.group}-reader",
+            "read_committed",
+            f"reader-{topic}",
+            **{"enable.partition.eof": True},
+        )
+        try:
+            consumer.assign([CkTopicPartition(topic, p, 0) for p in range(cfg.partitions)])
+            pending = {p for p in range(cfg.partitions) if ends[p] > 0}
+            deadline = time.monotonic() + timeout
+            while pending:
+                if time.monotonic() > deadline:
+                    raise RunBroken(f"reading {topic} did not reach its end in {timeout:.0f}s")
+                for m in consumer.consume(5000, 1.0):
+                    partition, offset = m.partition(), m.offset()
+                    assert partition is not None and offset is not None
+                    err = m.error()
+                    if err is None:
+                        raw = m.value() or b""
+                        text = raw.decode(errors="replace")
+                        value: Value = int(text) if text.lstrip("-").isdigit() else text
+                        out[partition].append((offset, value))
+                        if offset + 1 >= ends[partition]:
+                            pending.discard(partition)
+                    elif err.code() == KafkaError._PARTITION_EOF and offset >= ends[partition]:
+                        pending.discard(partition)
+            return out
+        finally:
+            consumer.close()
+
+    # copy monitor
+
+    def committed_total(self, probe: Consumer, ends: dict[int, int]) -> int | None:
+        tps = [CkTopicPartition(self.input_topic, p) for p in ends]
+        try:
+            committed = probe.committed(tps, timeout=10)
+        except KafkaException:
+            return None
+        return sum(min(max(tp.offset, 0), ends[tp.partition]) for tp in committed)
+
+    def monitor(self, ends: dict[int, int], copiers: list[Copier]) -> bool:
+        """Until the group's committed offsets reach the input's end offsets (every input
+        copied), all copiers died, or the copy timeout; prints progress. True when complete."""
+        total = sum(ends.values())
+        probe = new_consumer(self.bootstrap, self.group, "read_committed", "monitor")
+        began = last_print = time.monotonic()
+        try:
+            while time.monotonic() - began < self.config.copy_timeout:
+                got = self.committed_total(probe, ends)
+                if got is not None:
+                    self.committed = got
+                    if got >= total:
+                        return True
+                if not any(c.is_alive() for c in copiers):
+                    return False
+                if self.config.progress and time.monotonic() - last_print >= 5:
+                    last_print = time.monotonic()
+                    print(self.progress_line(time.monotonic() - began), file=sys.stderr)
+                time.sleep(1)
+            return False
+        finally:
+            probe.close()
+
+    def progress_line(self, elapsed: float) -> str:
+        counts = self.copier_counts(self._copiers)
+        kills = sum(f.kind == "kill" for f in self.faults)
+        bounces = sum(f.kind == "bounce" for f in self.faults)
+        return (
+            f"[{elapsed:5.0f}s] committed {self.committed}/{self.config.messages}"
+            f"  kills {kills}  bounces {bounces}  commits {counts.commits}"
+            f"  aborts {counts.aborts}  restarts {counts.restarts}"
+        )
+
+    @staticmethod
+    def copier_counts(copiers: Sequence[Copier]) -> CopierCounts:
+        total = CopierCounts()
+        for c in copiers:
+            total.add(c.counts)
+        return total
+
+    # faults
+
+    def find_target(self, role: str, copiers: Sequence[Copier]) -> tuple[int, str] | None:
+        """(broker id, what it holds) for a broker in `role`, from the cluster's metadata."""
+        turn = next(self._turn)
+        if role == "group-coordinator":
+            described = self.admin.describe_consumer_groups([self.group], request_timeout=5)
+            coordinator = described[self.group].result(10).coordinator
+            if coordinator is None:
+                return None
+            return int(coordinator.id), f"coordinator of group {self.group}"
+        if role == "txn-coordinator":
+            txn_id = copiers[turn % len(copiers)].transactional_id
+            txn = self.admin.list_topics(TXN_TOPIC, timeout=5).topics.get(TXN_TOPIC)
+            if txn is None or txn.error is not None or not txn.partitions:
+                return None
+            p = coordinator_partition(txn_id, len(txn.partitions))
+            leader = txn.partitions[p].leader if p in txn.partitions else -1
+            if leader < 0:
+                return None
+            return leader, f"coordinator of {txn_id} ({TXN_TOPIC}-{p})"
+        led: list[tuple[int, str]] = []
+        md = self.admin.list_topics(timeout=5)
+        for topic in (self.input_topic, self.output_topic):
+            t = md.topics.get(topic)
+            if t is None:
+                continue
+            for part in sorted(t.partitions.values(), key=lambda x: x.id):
+                if part.leader >= 0:
+                    led.append((part.leader, f"leader of {topic}-{part.id}"))
+        return led[turn % len(led)] if led else None
+
+    def inject(self, kind: str, node: int, role: str, target: str) -> FaultRecord:
+        assert self.cluster is not None
+        broker = self.cluster.brokers[node]
+        record = FaultRecord(kind, node, role, target, round(time.monotonic() - self.began, 1))
+        self.faults.append(record)
+        self.faults_started += 1
+        down = time.monotonic()
+        if kind == "kill":
+            broker.kill()
+            time.sleep(self.config.fault_downtime)
+        else:
+            broker.stop()
+        self.restart(node)
+        record.down_seconds = round(time.monotonic() - down, 1)
+        topics = [self.input_topic, self.output_topic, OFFSETS_TOPIC, TXN_TOPIC]
+        recovered = self.wait_recovered(topics, self.config.recovery_timeout)
+        if recovered is None:
+            self.recovery_timeouts += 1
+        else:
+            record.recovered_seconds = round(recovered, 1)
+        return record
+
+    def restart(self, node: int) -> None:
+        assert self.cluster is not None
+        try:
+            self.cluster.start_broker(node)
+        except RuntimeError:
+            time.sleep(2)
+            self.cluster.start_broker(node)  # a second failure breaks the run
+
+    def fault_loop(self, copiers: Sequence[Copier]) -> None:
+        """Faults one at a time until the copy is done: wait the quiet interval, hit a broker
+        in the next role (leader, transaction coordinator, group coordinator), restart it,
+        wait until every partition has its full ISR again."""
+        kinds = itertools.cycle(self.config.faults)
+        try:
+            while not self.copy_finished.wait(self.config.fault_interval):
+                for _ in ROLES:
+                    role = next(self._roles)
+                    try:
+                        found = self.find_target(role, copiers)
+                    except (KafkaException, KeyError, ValueError):
+                        found = None
+                    if found is not None:
+                        break
+                else:
+                    continue
+                node, target = found
+                assert self.cluster is not None
+                if node not in self.cluster.brokers:
+                    continue
+                self.inject(next(kinds), node, role, target)
+        except BaseException as e:  # the run reports it (exit 2)
+            self.fault_failure = e
+        finally:
+            self.faults_over.set()
+
+    # the whole run
+
+    def execute(self) -> dict[str, Any]:
+        cfg = self.config
+        self.began = time.monotonic()
+        with tempfile.TemporaryDirectory(prefix="oncelog-txn-test-") as tmp:
+            try:
+                if cfg.start_cluster:
+                    self.start_cluster(cfg.keep_dir or Path(tmp))
+                return self.run_test()
+            finally:
+                self.done.set()
+                self.copy_finished.set()
+                for c in self._copiers:
+                    c.join(30)
+                if self.cluster is not None:
+                    self.cluster.close()
+
+    def run_test(self) -> dict[str, Any]:
+        cfg = self.config
+        t = time.monotonic()
+        self.create_topics()
+        self.seconds["setup"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        seeded = self.seed()
+        ends = {p: len(v) for p, v in seeded.items()}
+        self.seconds["seed"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
+        self._copiers = [Copier(self, i) for i in range(cfg.copiers)]
+        for c in self._copiers:
+            c.start()
+        faulter: threading.Thread | None = None
+        if cfg.faults:
+            faulter = threading.Thread(target=self.fault_loop, args=(self._copiers,), daemon=True)
+            faulter.start()
+        complete = self.monitor(ends, self._copiers)
+        self.copy_finished.set()
+        if faulter is not None:
+            faulter.join()
+        self.done.set()
+        for c in self._copiers:
+            c.join(120)
+        self.seconds["copy"] = round(time.monotonic() - t, 1)
+        failures = [f"{c.name}: {c.failure!r}" for c in self._copiers if c.failure is not None]
+        if self.fault_failure is not None:
+            failures.append(f"faults: {self.fault_failure!r}")
+        if failures:
+            raise RunBroken("; ".join(failures))
+        t = time.monotonic()
+        self.wait_recovered([self.input_topic, self.output_topic], cfg.recovery_timeout)
+        input_check = check_copy(seeded, self.read_all(self.input_topic))
+        output_check = check_copy(seeded, self.read_all(self.output_topic))
+        self.seconds["check"] = round(time.monotonic() - t, 1)
+        self.seconds["total"] = round(time.monotonic() - self.began, 1)
+        return self.report(input_check, output_check, complete)
+
+    def report(self, inp: CopyCheck, out: CopyCheck, complete: bool) -> dict[str, Any]:
+        counts = self.copier_counts(self._copiers)
+        ok = inp.ok and out.ok and complete
+        if inp.ok and out.ok and not complete:
+            verdict = f"INCOMPLETE: the copy did not finish ({self.committed} committed)"
+        elif ok:
+            verdict = "OK: every input copied exactly once, in order"
+        else:
+            verdict = f"FAIL: {inp.anomalies + out.anomalies} anomalies"
+        return {
+            "ok": ok,
+            "complete": complete,
+            "verdict": verdict,
+            "messages": {
+                "seeded": self.config.messages,
+                "copied": out.copied,
+                "duplicates": out.duplicates,
+                "missing": out.missing,
+                "order_violations": out.order_violations,
+                "unexpected": out.unexpected,
+            },
+            "output": out.to_json(),
+            "input": inp.to_json(),
+            "faults": {
+                "kills": sum(f.kind == "kill" for f in self.faults),
+                "bounces": sum(f.kind == "bounce" for f in self.faults),
+                "recovery_timeouts": self.recovery_timeouts,
+                "list": [asdict(f) for f in self.faults],
+            },
+            "copiers": {"count": self.config.copiers, **asdict(counts)},
+            "topics": {
+                "input": self.input_topic,
+                "output": self.output_topic,
+                "group": self.group,
+                "partitions": self.config.partitions,
+            },
+            "seconds": self.seconds,
+            "config": asdict(self.config),
+        }
+
+
+def summary(report: dict[str, Any]) -> str:
+    """The lines printed at the end of a run."""
+    m, f, c = report["messages"], report["faults"], report["copiers"]
+    lines = [
+        f"seeded {m['seeded']}, copied {m['copied']}, duplicates {m['duplicates']},"
+        f" missing {m['missing']}, order violations {m['order_violations']},"
+        f" unexpected {m['unexpected']}",
+        f"faults: kills {f['kills']}, bounces {f['bounces']}"
+        f" (recovery timeouts {f['recovery_timeouts']})",
+        f"copiers: {c['count']}, transactions {c['transactions']}, commits {c['commits']},"
+        f" aborts {c['aborts']}, restarts {c['restarts']} (fenced {c['fencings']},"
+        f" stuck {c['stuck']}), consumer replacements {c['consumer_replacements']}",
+        f"seconds: {', '.join(f'{k} {v}' for k, v in report['seconds'].items())}",
+    ]
+    inp = report["input"]
+    if not inp["ok"]:
+        lines.append(
+            f"input topic vs seeded: duplicates {inp['duplicates']}, missing {inp['missing']},"
+            f" order violations {inp['order_violations']}, unexpected {inp['unexpected']}"
+        )
+    for where in ("output", "input"):
+        for kind, items in report[where]["examples"].items():
+            lines.append(f"e.g. {where} {kind}: {json.dumps(items[0])}")
+    lines.append(report["verdict"])
+    return "\n".join(lines)
+
+
+def run(config: TxnTestConfig) -> dict[str, Any]:
+    """Run the test; the report (see `TxnTest.report`). Raises RunBroken when the run broke."""
+    return TxnTest(config).execute()
