@@ -23,6 +23,7 @@ def test_every_cluster_fault_and_no_anomaly(tmp_path: Path) -> None:
     args += ["--fault-interval", "2", "--fault-duration", "3", "--rate", "120"]
     args += ["--copiers", "1", "--subscribe", "--consumers", "2"]
     args += ["--history", str(history), "--report", str(report), "--timeline", str(timeline)]
+    args += ["--data-dir", str(tmp_path / "cluster")]  # its logs stay for a failure's post-mortem
     proc = verify_run(*args, timeout=400)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "OK: no anomalies" in proc.stdout

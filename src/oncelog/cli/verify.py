@@ -94,6 +94,11 @@ def add_parsers(sub: Any) -> None:
     )
     rn.add_argument("--fault-interval", type=float, default=3.0, help="quiet seconds between")
     rn.add_argument("--fault-duration", type=float, default=2.0, help="seconds each fault lasts")
+    rn.add_argument(
+        "--data-dir",
+        help="keep the started broker's or cluster's data and logs here (default: a temporary"
+        " directory, removed at the end)",
+    )
     rn.add_argument("--history", default="verify-history.jsonl", help="history file to write")
     rn.add_argument("--report", help="JSON report file")
     rn.add_argument("--timeline", help="HTML timeline of throughput, errors and faults")
@@ -136,6 +141,7 @@ def run_workload(args: argparse.Namespace) -> int:
         min_insync_replicas=args.min_insync_replicas,
         broker_config=broker_config,
         acks=args.acks,
+        data_dir=Path(args.data_dir) if args.data_dir else None,
         duration=args.duration,
         rate=args.rate,
         partitions=args.partitions,

@@ -6,8 +6,10 @@ grouped by each partition's current leader (this broker included) and sent as on
 WriteTxnMarkers request per leader; a leader answers once its marker is replicated. The
 coordinator hears `ok` only when every marker landed (or is no longer needed: the partition
 is gone, or a newer producer epoch or coordinator already ended the transaction there); it
-then persists Complete*. Otherwise the transaction stays Prepare* and the coordinator's
-periodic retry sends the markers again — markers are idempotent on the partitions.
+then persists Complete*. A failed attempt is retried after a short backoff (0.1 s doubling to
+1 s, to the leaders of the moment) for as long as this broker coordinates the transaction in
+the same epoch: the producer's next transaction waits until this one is complete. Markers are
+idempotent on the partitions.
 """
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_VERSION = 1
 REPLICATION_POLL_S = 0.005
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
 
 #: Answers that mean the marker is not needed any more.
 _SETTLED = {
@@ -87,11 +91,19 @@ class TxnMarkerSender:
             await asyncio.sleep(REPLICATION_POLL_S)
         if before_send is not None:
             before_send(txn_id)
-        await self._send(txn_id, markers, done)
+        backoff = RETRY_BACKOFF_S
+        while not await self._send(markers):
+            if replicated is None or replicated() is None:
+                done(txn_id, False)  # no longer this transaction's coordinator
+                return
+            # Kafka's marker channel retries at once too: a leader that was down comes back
+            # (or moves) within seconds, and the producer's next transaction waits on this one.
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
+        done(txn_id, True)
 
-    async def _send(
-        self, txn_id: str, markers: list[Marker], done: Callable[[str, bool], None]
-    ) -> None:
+    async def _send(self, markers: list[Marker]) -> bool:
+        """One attempt to every current leader; True when every marker landed."""
         ok = True
         by_leader: dict[int, list[Marker]] = {}
         for marker in markers:
@@ -105,8 +117,7 @@ class TxnMarkerSender:
         results = await asyncio.gather(
             *(self._send_to(leader, group) for leader, group in by_leader.items())
         )
-        ok = ok and all(results)
-        done(txn_id, ok)
+        return ok and all(results)
 
     async def _send_to(self, leader: int, markers: list[Marker]) -> bool:
         registration = self.view.brokers.get(leader)

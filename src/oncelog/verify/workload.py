@@ -70,6 +70,9 @@ class RunConfig:
     #: "all": idempotent producers; "1": plain producers, acks=1, no retries (to show what a
     #: weakened configuration loses).
     acks: str = "all"
+    #: Where a started broker or cluster keeps its data and logs; None: a temporary directory,
+    #: removed at the end.
+    data_dir: Path | None = None
     duration: float = 30.0
     rate: float = 100.0
     partitions: int = 3
@@ -918,10 +921,12 @@ class Run:
         cfg = self.config
         check_fault_names(cfg.faults, cfg.start_broker, bool(cfg.start_cluster))
         tmp: tempfile.TemporaryDirectory[str] | None = None
-        if cfg.start_broker or cfg.start_cluster:
+        base = cfg.data_dir
+        if base is None and (cfg.start_broker or cfg.start_cluster):
             tmp = tempfile.TemporaryDirectory(prefix="oncelog-verify-")
+            base = Path(tmp.name)
         try:
-            self.start_servers(Path(tmp.name) if tmp is not None else None)
+            self.start_servers(base)
             return self.run_clients()
         finally:
             if self.broker is not None:
