@@ -173,7 +173,11 @@ def run_transactions(args: argparse.Namespace) -> int:
         return 2
     print(summary(report))
     if args.report:
-        Path(args.report).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        try:
+            Path(args.report).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        except OSError as e:
+            print(f"cannot write the report: {e}", file=sys.stderr)
+            return 2
     if report["ok"]:
         return 0
     anomalies = report["input"]["ok"] is False or report["output"]["ok"] is False

@@ -54,6 +54,7 @@ ROLES = ("leader", "txn-coordinator", "group-coordinator")
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
 EXAMPLES = 5
+MAX_EVENTS = 100
 
 Value = Hashable  # a record's value: an int when it parses as one, else the text
 
@@ -344,9 +345,10 @@ class Copier(threading.Thread):
         self.close_consumer(consumer)
         return self.make_consumer()
 
-    def replace_producer(self, producer: Producer, reason: str) -> Producer:
+    def replace_producer(self, producer: Producer, reason: str, error: str = "") -> Producer:
         """Recreate under the same transactional.id; init_transactions fences the old one and
         aborts its open transaction. The old handle stays referenced (it may be blocked)."""
+        self.job.event(self.transactional_id, f"producer recreated ({reason})", error)
         self.counts.restarts += 1
         if reason == "fenced":
             self.counts.fencings += 1
@@ -433,6 +435,7 @@ class Copier(threading.Thread):
                 consumer.pause(consumer.assignment())
             elif gated:
                 consumer.resume(consumer.assignment())
+                gated = False
             try:
                 polled = consumer.consume(self.job.config.transaction_size, 0.5)
             except KafkaException:
@@ -444,17 +447,20 @@ class Copier(threading.Thread):
             try:
                 self.copy(producer, consumer, records)
                 continue
-            except ClientStuck:
+            except ClientStuck as e:
                 # The librdkafka coordinator bug (see workload.bounded): abandon both handles.
-                producer = self.replace_producer(producer, "stuck")
+                producer = self.replace_producer(producer, "stuck", str(e))
                 consumer = self.replace_consumer(consumer)
                 continue
             except KafkaException as e:
                 err = e.args[0]
+                text = f"{err.name()}: {err.str()}"
                 if err.fatal():
-                    producer = self.replace_producer(producer, "fenced")
-                elif not self.abort(producer):
-                    producer = self.replace_producer(producer, "abort failed")
+                    producer = self.replace_producer(producer, "fenced", text)
+                else:
+                    self.job.event(self.transactional_id, "abort", text)
+                    if not self.abort(producer):
+                        producer = self.replace_producer(producer, "abort failed", text)
             consumer = self.rewind(consumer)
         self.close_consumer(consumer)
         try:
@@ -499,6 +505,7 @@ class TxnTest:
         self._turn = itertools.count()
         self._copiers: list[Copier] = []
         self.began = time.monotonic()
+        self.events: list[dict[str, Any]] = []
 
     # shared state
 
@@ -507,6 +514,13 @@ class TxnTest:
         if self._admin is None:
             self._admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
         return self._admin
+
+    def event(self, who: str, what: str, error: str) -> None:
+        """A copier's notable moment (abort, recreation) for the report, with the error."""
+        at = round(time.monotonic() - self.began, 1)
+        with self._lock:
+            if len(self.events) < MAX_EVENTS:
+                self.events.append({"at": at, "copier": who, "what": what, "error": error})
 
     def copied_add(self, n: int) -> None:
         with self._lock:
@@ -909,6 +923,7 @@ class TxnTest:
 
     def report(self, inp: CopyCheck, out: CopyCheck, complete: bool) -> dict[str, Any]:
         counts = self.copier_counts(self._copiers)
+        config = asdict(self.config)
         ok = inp.ok and out.ok and complete
         if inp.ok and out.ok and not complete:
             verdict = f"INCOMPLETE: the copy did not finish ({self.committed} committed)"
@@ -936,7 +951,7 @@ class TxnTest:
                 "recovery_timeouts": self.recovery_timeouts,
                 "list": [asdict(f) for f in self.faults],
             },
-            "copiers": {"count": self.config.copiers, **asdict(counts)},
+            "copiers": {"count": self.config.copiers, **asdict(counts), "events": self.events},
             "topics": {
                 "input": self.input_topic,
                 "output": self.output_topic,
@@ -944,7 +959,7 @@ class TxnTest:
                 "partitions": self.config.partitions,
             },
             "seconds": self.seconds,
-            "config": asdict(self.config),
+            "config": {k: v if not isinstance(v, Path) else str(v) for k, v in config.items()},
         }
 
 
@@ -968,6 +983,9 @@ def summary(report: dict[str, Any]) -> str:
             f"input topic vs seeded: duplicates {inp['duplicates']}, missing {inp['missing']},"
             f" order violations {inp['order_violations']}, unexpected {inp['unexpected']}"
         )
+    events = report["copiers"]["events"]
+    if events:
+        lines.append(f"first copier event: {json.dumps(events[0])}")
     for where in ("output", "input"):
         for kind, items in report[where]["examples"].items():
             lines.append(f"e.g. {where} {kind}: {json.dumps(items[0])}")
