@@ -65,10 +65,12 @@ class Roles:
         return out
 
     def controller(self) -> int:
+        """From a Metadata response (v1+ names the controller). Not DescribeCluster: when
+        librdkafka 2.16 fails to parse its answer it returns no error and no result, and an
+        assertion aborts the whole process (rd_kafka_admin_response_parse)."""
         with self._lock:
-            described = self.admin.describe_cluster(request_timeout=self.timeout)
-        node = described.result(self.timeout + 1).controller
-        return -1 if node is None else int(node.id)
+            md = self.admin.list_topics(timeout=self.timeout)
+        return int(md.controller_id)
 
     def leader(self) -> tuple[int, str] | None:
         """The leader of one workload partition (a different one each call), and what it leads."""

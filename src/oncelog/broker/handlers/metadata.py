@@ -41,6 +41,13 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
             for b in cluster.brokers.values()
         ]
+        if node.node_id not in cluster.brokers:
+            # Its registration expired (etcd unreachable or paused past the session) or is not
+            # seen yet; it is still alive and answering. An empty broker list would make clients
+            # fail the whole response (librdkafka: "No brokers or topics in metadata").
+            brokers.append(
+                {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}
+            )
         cluster_id, controller_id = cluster.cluster_id, cluster.controller_id
     else:
         brokers = [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}]
