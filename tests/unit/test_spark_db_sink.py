@@ -35,7 +35,11 @@ def postgres_url() -> Iterator[str]:
         return
     bin_dir = find_bin_dir()
     if bin_dir is None:
-        pytest.skip("no PostgreSQL here (no initdb) and ONCELOG_TEST_POSTGRES_URL is unset")
+        # A failure, never a skip: a skipped database test would hide a missing dependency.
+        pytest.fail(
+            "PostgreSQL is not installed (no initdb) and ONCELOG_TEST_POSTGRES_URL is unset:"
+            " `apt-get install postgresql` (scripts/test does it)"
+        )
     server = PostgresServer(bin_dir).start()
     try:
         yield server.url
