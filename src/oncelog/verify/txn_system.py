@@ -782,7 +782,10 @@ class TxnTest:
         """(broker id, what it holds) for a broker in `role`, from the cluster's metadata."""
         turn = next(self._turn)
         if role == "group-coordinator":
-            described = self.admin.describe_consumer_groups([self.group], request_timeout=5)
+            # A fresh client each time: a long-lived one keeps asking the coordinator it cached
+            # before that broker restarted (NOT_COORDINATOR, then timeouts), librdkafka 2.16.
+            admin = AdminClient({"bootstrap.servers": self.bootstrap, "log_level": 0})
+            described = admin.describe_consumer_groups([self.group], request_timeout=5)
             coordinator = described[self.group].result(10).coordinator
             if coordinator is None:
                 return None
