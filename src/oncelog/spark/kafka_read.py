@@ -15,8 +15,8 @@ from __future__ import annotations
 import re
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
@@ -43,11 +43,30 @@ CHUNK = 2000
 #: markers or aborted records holds fewer records than offsets and always waits this out.
 POLL_SECONDS = 0.05
 METADATA_TIMEOUT = 30.0
+#: Driver requests are retried like Spark's Kafka source does (fetchOffset.numRetries=3,
+#: fetchOffset.retryIntervalMs=1000): a broker that dies fails the requests in flight to it
+#: (e.g. _DESTROY_BROKER once the cluster's metadata drops it) while the others take over its
+#: partitions, and failing the query for that would cost a driver restart.
+FETCH_ATTEMPTS = 4
+FETCH_RETRY_SECONDS = 1.0
 #: Topics a pattern never matches (Kafka's internal topics).
 _INTERNAL = re.compile(r"^__")
 
 # confluent-kafka timestamp types -> Spark's timestampType column (Kafka's TimestampType.id).
 _TIMESTAMP_TYPE = {0: -1, 1: 0, 2: 1}
+
+
+T = TypeVar("T")
+
+
+def retried(call: Callable[[], T]) -> T:
+    """`call()`, again after FETCH_RETRY_SECONDS when it raises a KafkaException."""
+    for _ in range(FETCH_ATTEMPTS - 1):
+        try:
+            return call()
+        except KafkaException:
+            time.sleep(FETCH_RETRY_SECONDS)
+    return call()
 
 
 class DataLossError(RuntimeError):
@@ -117,11 +136,8 @@ class OffsetFetcher:
         Named topics are asked for one by one rather than through an all-topics request:
         cheaper on big clusters, and never creates a topic (consumers disable auto-creation).
         """
-        metas = (
-            [self._consumer.list_topics(timeout=METADATA_TIMEOUT)]
-            if names is None
-            else [self._consumer.list_topics(name, timeout=METADATA_TIMEOUT) for name in names]
-        )
+        wanted: list[str | None] = [None] if names is None else list(names)
+        metas = [self._metadata(name) for name in wanted]
         out: dict[str, list[int]] = {}
         for meta in metas:
             for name, topic in meta.topics.items():
@@ -130,14 +146,24 @@ class OffsetFetcher:
                     out[name] = sorted(topic.partitions)
         return out
 
+    def _metadata(self, topic: str | None) -> Any:
+        """Metadata of one topic (all topics when None), retried."""
+        if topic is None:
+            return retried(lambda: self._consumer.list_topics(timeout=METADATA_TIMEOUT))
+        return retried(lambda: self._consumer.list_topics(topic, timeout=METADATA_TIMEOUT))
+
+    def _watermarks(self, tp: TopicPartition) -> tuple[int, int]:
+        """(low, high) of one partition, asked of its leader (never cached), retried."""
+        return retried(
+            lambda: self._consumer.get_watermark_offsets(tp, timeout=METADATA_TIMEOUT, cached=False)
+        )
+
     def watermarks(self, partitions: list[TP]) -> tuple[PartitionOffsets, PartitionOffsets]:
         """(earliest, latest) per partition; latest is the LSO when reading read_committed."""
         earliest: PartitionOffsets = {}
         latest: PartitionOffsets = {}
         for topic, part in partitions:
-            low, high = self._consumer.get_watermark_offsets(
-                TopicPartition(topic, part), timeout=METADATA_TIMEOUT, cached=False
-            )
+            low, high = self._watermarks(TopicPartition(topic, part))
             earliest[(topic, part)] = low
             latest[(topic, part)] = high
         return earliest, latest
