@@ -14,6 +14,8 @@ import sys
 import threading
 from typing import Any
 
+from pyspark.errors import StreamingQueryException
+
 from oncelog.spark.pipeline import PipelineConfig, spark_session, start
 
 
@@ -101,7 +103,10 @@ def run_averages(args: argparse.Namespace) -> int:
             f"{cfg.output_topic if cfg.sink == 'kafka' else cfg.db} ({cfg.semantics})"
         )
         while query.isActive and not stop.is_set():
-            query.awaitTermination(0.5)
+            try:
+                query.awaitTermination(0.5)
+            except StreamingQueryException:
+                break  # the query failed: reported below, in one line, from query.exception()
             if cfg.sink == "kafka":  # the database sink prints its own lines
                 progress(query)
         if stop.is_set() and query.isActive:
