@@ -9,8 +9,8 @@ expected one, and the sequence of counts must be strictly increasing. Update mod
 once per batch that changed it, with a larger count each time, so a repeated count can only be
 a batch written twice (a duplicate), and a missing or wrong last value is a loss.
 
-SQLite output: the `averages` table equals the expected result, and the append-only
-`averages_history` holds no (key, window, count) twice.
+Database output (SQLite or PostgreSQL): the `averages` table equals the expected result, and
+the append-only `averages_history` holds no (key, window, count) twice.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import sqlite3
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from confluent_kafka import Consumer, TopicPartition
 
@@ -168,15 +169,39 @@ def analyse_kafka(
     return analysis
 
 
+RESULTS_SQL = "SELECT key, window_start_ms, count, sum, avg FROM averages"
+HISTORY_SQL = "SELECT key, window_start_ms, count FROM averages_history"
+
+
 def analyse_sqlite(
     db: str, bootstrap: str, input_topic: str, window_ms: int | None = None
 ) -> Analysis:
     analysis = Analysis(expected(read_committed(bootstrap, input_topic), window_ms))
     with sqlite3.connect(db) as conn:
-        rows = conn.execute("SELECT key, window_start_ms, count, sum, avg FROM averages").fetchall()
-        history = conn.execute(
-            "SELECT key, window_start_ms, count FROM averages_history"
-        ).fetchall()
+        rows = conn.execute(RESULTS_SQL).fetchall()
+        history = conn.execute(HISTORY_SQL).fetchall()
+    _compare_tables(analysis, rows, history)
+    return analysis
+
+
+def analyse_postgres(
+    url: str, bootstrap: str, input_topic: str, window_ms: int | None = None
+) -> Analysis:
+    """The same check as `analyse_sqlite`, of the tables the sink wrote into PostgreSQL."""
+    import psycopg  # type: ignore[import-not-found, unused-ignore]
+
+    analysis = Analysis(expected(read_committed(bootstrap, input_topic), window_ms))
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(RESULTS_SQL).fetchall()
+        history = conn.execute(HISTORY_SQL).fetchall()
+    _compare_tables(analysis, rows, history)
+    return analysis
+
+
+def _compare_tables(
+    analysis: Analysis, rows: list[tuple[Any, ...]], history: list[tuple[Any, ...]]
+) -> None:
+    """`averages` must equal the expected result; `averages_history` must repeat no count."""
     last = {(k, int(w)): (int(c), float(s), float(a)) for k, w, c, s, a in rows}
     analysis.outputs = len(history)
     seen = Counter((k, int(w), int(c)) for k, w, c in history)
@@ -186,7 +211,6 @@ def analyse_sqlite(
             per_group[(k, w)].append(c)
     analysis.duplicates = sorted(per_group.items())
     _compare(analysis, last)
-    return analysis
 
 
 def wait_converged(analyse: object, timeout: float, *args: object) -> Analysis:

@@ -287,3 +287,30 @@ def run_to_end(started: list[PipelineProcess], args: list[str], log: Path) -> Pi
     assert code == 0, proc.tail()
     return proc
 
+
+def checkpoint_batches(checkpoint: Path, log: str) -> set[int]:
+    """Batch ids in the checkpoint's `offsets` (planned) or `commits` (finished) log."""
+    directory = checkpoint / log
+    if not directory.is_dir():
+        return set()
+    return {int(p.name) for p in directory.iterdir() if p.name.isdigit()}
+
+
+def batch_in_flight(checkpoint: Path, min_age: float = 0.0) -> int | None:
+    """The batch Spark has planned but not finished (offsets/N without commits/N), or None.
+
+    That is what "mid-batch" means for Spark's write-ahead log: a crash now makes a restart
+    run batch N again. `min_age`: only once offsets/N is that many seconds old, so the batch
+    is past planning and its tasks are running.
+    """
+    planned = checkpoint_batches(checkpoint, "offsets")
+    if not planned:
+        return None
+    last = max(planned)
+    if last in checkpoint_batches(checkpoint, "commits"):
+        return None
+    try:
+        age = time.time() - (checkpoint / "offsets" / str(last)).stat().st_mtime
+    except FileNotFoundError:
+        return None
+    return last if age >= min_age else None
