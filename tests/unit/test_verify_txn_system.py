@@ -7,11 +7,11 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
+from oncelog.verify.roles import java_string_hash
 from oncelog.verify.txn_system import (
     CopyCheck,
     check_copy,
     coordinator_partition,
-    java_string_hash,
 )
 
 

@@ -102,7 +102,7 @@ def add_parser(verify_sub: Any) -> None:
         help="seconds the copy may take before the run is declared incomplete (900)",
     )
     p.add_argument(
-        "--keep-dir",
+        "--data-dir",
         help="with --start-cluster: put the cluster (data, broker and etcd logs) in this new "
         "directory and keep it, as evidence, instead of a temporary directory",
     )
@@ -130,9 +130,9 @@ def config_from(args: argparse.Namespace) -> TxnTestConfig:
     for name, value in positive.items():
         if value < 1:
             raise ValueError(f"{name} must be at least 1, not {value}")
-    keep = Path(args.keep_dir) if args.keep_dir else None
+    keep = Path(args.data_dir) if args.data_dir else None
     if keep is not None and (args.start_cluster is None or keep.exists()):
-        raise ValueError("--keep-dir needs --start-cluster and a directory that does not exist")
+        raise ValueError("--data-dir needs --start-cluster and a directory that does not exist")
     if args.start_cluster is not None and args.start_cluster < 1:
         raise ValueError(f"--start-cluster must be at least 1, not {args.start_cluster}")
     return TxnTestConfig(
@@ -151,7 +151,7 @@ def config_from(args: argparse.Namespace) -> TxnTestConfig:
         recovery_timeout=args.recovery_timeout,
         copy_timeout=args.copy_timeout,
         progress=not args.quiet,
-        keep_dir=keep,
+        data_dir=keep,
     )
 
 

@@ -47,6 +47,7 @@ from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from oncelog.verify.cluster import LocalCluster
+from oncelog.verify.roles import txn_partition
 from oncelog.verify.workload import ClientStuck, bounded, new_consumer
 
 FAULT_KINDS = ("kill", "bounce")
@@ -183,19 +184,9 @@ def check_copy(
 # --- roles (fault targets) -----------------------------------------------------------------
 
 
-def java_string_hash(text: str) -> int:
-    """Java's String.hashCode: over UTF-16 code units, 32-bit wrap-around, signed."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + int.from_bytes(data[i : i + 2], "big")) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
-
-
 def coordinator_partition(key: str, partitions: int) -> int:
-    """Kafka's `Utils.abs(key.hashCode()) % partitions` (abs of Integer.MIN_VALUE is 0)."""
-    h = java_string_hash(key)
-    return (0 if h == -(1 << 31) else abs(h)) % partitions
+    """Kafka's `Utils.abs(key.hashCode()) % partitions` (a group's or a transactional id's)."""
+    return txn_partition(key, partitions)
 
 
 # --- configuration and counts ----------------------------------------------------------------
@@ -221,7 +212,7 @@ class TxnTestConfig:
     copy_timeout: float = 900.0
     topic: str = ""
     progress: bool = True
-    keep_dir: Path | None = None
+    data_dir: Path | None = None
 
     def min_faults(self) -> int:
         if not self.faults:
@@ -548,9 +539,9 @@ class TxnTest:
         self.bootstrap = self.cluster.bootstrap
 
     def live_brokers(self) -> int:
+        """From Metadata, not DescribeCluster (see `roles.Roles.controller`)."""
         try:
-            described = self.admin.describe_cluster(request_timeout=5)
-            return len(described.result(10).nodes)
+            return len(self.admin.list_topics(timeout=5).brokers)
         except KafkaException:
             return 0
 
@@ -876,7 +867,7 @@ class TxnTest:
         with tempfile.TemporaryDirectory(prefix="oncelog-txn-test-") as tmp:
             try:
                 if cfg.start_cluster:
-                    self.start_cluster(cfg.keep_dir or Path(tmp))
+                    self.start_cluster(cfg.data_dir or Path(tmp))
                 return self.run_test()
             finally:
                 self.done.set()
