@@ -40,6 +40,15 @@ from oncelog.verify.processes import LocalBroker
 from oncelog.verify.roles import Roles
 from oncelog.verify.worker import ProcessClient, WorkerSpec
 
+#: An idempotent producer's message timeout: well above a fault window plus a failover. When a
+#: message times out in librdkafka (2.16) it bumps the producer epoch and sends the messages
+#: still queued under the new epoch from sequence 0, those a leader change answered with
+#: NOT_LEADER_OR_FOLLOWER included, which it counts as never written though the old leader may
+#: have appended them: duplicates no broker can recognise (librdkafka issue #4953; Kafka answers
+#: a produce waiting for acks=all on a lost leadership the same way). With 10 s, a 300 s cluster
+#: run saw it once (195 duplicates of one producer after two leader changes within 10 s).
+IDEMPOTENT_MESSAGE_TIMEOUT_MS = 60_000
+
 # Broker rejections after which the record was certainly not written.
 DEFINITE_FAILURES = frozenset(
     {
@@ -237,16 +246,15 @@ class IdempotentProducer(Client):
     def _with_error_cb(self, on_error: Any) -> Producer:
         """An idempotent producer; a fatal error (reported via on_error) makes us replace it."""
         durability: dict[str, Any] = (
-            {"enable.idempotence": True}
+            {"enable.idempotence": True, "message.timeout.ms": IDEMPOTENT_MESSAGE_TIMEOUT_MS}
             if self.run_.config.acks == "all"
-            else {"enable.idempotence": False, "acks": 1, "retries": 0}
+            else {"enable.idempotence": False, "acks": 1, "retries": 0, "message.timeout.ms": 10000}
         )
         return Producer(
             {
                 "bootstrap.servers": self.run_.bootstrap,
                 "log_level": 0,
                 **durability,
-                "message.timeout.ms": 10000,
                 "linger.ms": 5,
                 "client.id": self.process,
                 "error_cb": on_error,
