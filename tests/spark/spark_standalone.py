@@ -311,13 +311,21 @@ class SparkStandalone:
         self.remember()
         return {pid for pid, started in self._known() if _start_time(pid) == started}
 
+    def driver_conf(self) -> dict[str, str]:
+        """Spark settings of a driver on this cluster: it binds and advertises 127.0.0.1."""
+        return {
+            "spark.driver.host": "127.0.0.1",
+            "spark.driver.bindAddress": "127.0.0.1",
+            "spark.driver.memory": "768m",
+            "spark.executor.memory": "512m",  # fits a 1g worker
+        }
+
     def driver_args(self) -> list[str]:
-        """`oncelog pipeline averages` arguments that run it on this cluster, on 127.0.0.1."""
-        return ["--master", self.url,
-                "--conf", "spark.driver.host=127.0.0.1",
-                "--conf", "spark.driver.bindAddress=127.0.0.1",
-                "--conf", "spark.driver.memory=768m",
-                "--conf", "spark.executor.memory=512m"]  # fmt: skip
+        """`oncelog pipeline averages` arguments that run it on this cluster."""
+        args = ["--master", self.url]
+        for key, value in self.driver_conf().items():
+            args += ["--conf", f"{key}={value}"]
+        return args
 
     @staticmethod
     def driver_env(local_dir: Path) -> dict[str, str]:
