@@ -22,7 +22,10 @@ M, into a fresh output topic and checkpoint:
 
 A warm-up run of each (not counted) starts the executors' Python workers. The two semantics
 then take turns for --repeat runs; a run is timed from `start()` to the end of the query and
-records/s = N / that time; every run must have read exactly N rows. Usage: bench/README.md.
+records/s = N / that time; every run must have read exactly N rows.
+
+Usage: `.venv/bin/python bench/spark_cluster.py [--events 60000] [--max-offsets-per-trigger
+20000] [--repeat 3] [--override KEY=VALUE] [--json out.json]`; figures in bench/RESULTS.md.
 """
 
 from __future__ import annotations
