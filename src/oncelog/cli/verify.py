@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
@@ -59,8 +60,8 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument(
         "--min-insync-replicas",
         type=int,
-        default=2,
-        help="min.insync.replicas of the cluster started (default 2)",
+        help="min.insync.replicas of the cluster started (default 2, or the replication"
+        " factor if smaller)",
     )
     rn.add_argument(
         "--broker-config",
@@ -122,8 +123,15 @@ def run_check(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
+def exit_on_sigterm() -> None:
+    """SIGTERM (a CI cancel, `timeout`) ends the run like Ctrl-C: the brokers, etcd and
+    client processes it started are stopped on the way out, not left behind."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+
+
 def run_workload(args: argparse.Namespace) -> int:
     """Run, then check like `verify check`: exit 0 clean, 1 on anomalies, 2 if the run broke."""
+    exit_on_sigterm()
     broker_config = {}
     for item in args.broker_config:
         key, eq, value = item.partition("=")

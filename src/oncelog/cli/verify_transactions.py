@@ -158,6 +158,9 @@ def config_from(args: argparse.Namespace) -> TxnTestConfig:
 def run_transactions(args: argparse.Namespace) -> int:
     """Exit 0 when every input was copied exactly once and in order, 1 on anomalies, 2 when
     the run broke (usage errors included)."""
+    from oncelog.cli.verify import exit_on_sigterm  # here: that module imports this one
+
+    exit_on_sigterm()
     try:
         config = config_from(args)
     except ValueError as e:

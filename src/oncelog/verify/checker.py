@@ -307,9 +307,12 @@ class Checker:
         self._check_copies()
         self.result.stats = self.ix.tally.counts()
         self.result.faults = fault_windows(self.ix.ops)
-        self.result.anomalies = [
-            attribute(a, self.ix.ops, self.result.faults) for a in self.result.anomalies
-        ]
+        if self.result.faults and self.result.anomalies:
+            invoked = invocation_times(self.ix.ops)
+            self.result.anomalies = [
+                attribute(a, self.ix.ops, self.result.faults, invoked)
+                for a in self.result.anomalies
+            ]
         return self.result
 
     def _add(
@@ -557,18 +560,32 @@ def check(ops: Sequence[Op]) -> CheckResult:
     return Checker(ops).run()
 
 
-def attribute(anomaly: Anomaly, ops: Sequence[Op], windows: Sequence[FaultWindow]) -> Anomaly:
+def invocation_times(ops: Sequence[Op]) -> dict[tuple[str, str, int], float]:
+    """(op type, process, index) -> when it was invoked, for every invoked operation."""
+    return {
+        (type(op).__name__, op.process, op.index): op.time
+        for op in ops
+        if isinstance(op, Send | Txn | Poll) and op.phase == "invoke"
+    }
+
+
+def attribute(
+    anomaly: Anomaly,
+    ops: Sequence[Op],
+    windows: Sequence[FaultWindow],
+    invoked: dict[tuple[str, str, int], float],
+) -> Anomaly:
     """The anomaly with the fault windows active while one of its proving operations ran
     (from its invocation to its completion); not those of the quiet time between them."""
-    if not windows:
-        return anomaly
     spans: list[tuple[float, float]] = []
     for ref in anomaly.ops:
         op = ops[ref.position]
         if isinstance(op, FinalRead) or not op.time:
             continue
-        invoked = _invocation_time(ops, ref) or op.time
-        spans.append((min(invoked, op.time), op.time))
+        began = op.time
+        if isinstance(op, Send | Txn | Poll):
+            began = invoked.get((type(op).__name__, op.process, op.index), 0.0) or op.time
+        spans.append((min(began, op.time), op.time))
     if not spans:
         return anomaly
     during = tuple(
@@ -579,22 +596,6 @@ def attribute(anomaly: Anomaly, ops: Sequence[Op], windows: Sequence[FaultWindow
     began = min(first for first, _ in spans)
     later = next((n for n, w in enumerate(windows, start=1) if w.start > began), None)
     return replace(anomaly, faults=during, next_fault=None if during else later)
-
-
-def _invocation_time(ops: Sequence[Op], ref: OpRef) -> float:
-    """The invocation time of the operation a completion belongs to (a short look back)."""
-    if ref.process is None:
-        return 0.0
-    for pos in range(ref.position - 1, max(-1, ref.position - 20_000), -1):
-        op = ops[pos]
-        if (
-            isinstance(op, Send | Txn | Poll)
-            and op.process == ref.process
-            and op.index == ref.index
-            and op.phase == "invoke"
-        ):
-            return op.time
-    return 0.0
 
 
 def _happened_before(pos: int, op: Op, other_pos: int, other: Op) -> bool:

@@ -62,7 +62,9 @@ class LocalCluster:
         self.ingress: dict[int, Relay] = {}
         self.etcd_links: dict[int, Relay] = {}
         self.brokers: dict[int, LocalBroker] = {}
-        internal_rf = str(min(3, size))
+        # The internal topics get at least the workload's replication factor (Kafka's default
+        # is 3), so the broker-wide min.insync.replicas never exceeds their replicas.
+        internal_rf = min(size, max(3, replication_factor))
         for n in range(1, size + 1):
             self.ingress[n] = self.network.ingress(str(n))
             self.etcd_links[n] = self.network.etcd_link(str(n))
@@ -70,9 +72,9 @@ class LocalCluster:
                 **FAST,
                 "default.replication.factor": str(replication_factor),
                 "min.insync.replicas": str(min_insync_replicas),
-                "offsets.topic.replication.factor": internal_rf,
-                "transaction.state.log.replication.factor": internal_rf,
-                "transaction.state.log.min.isr": str(min(min_insync_replicas, size)),
+                "offsets.topic.replication.factor": str(internal_rf),
+                "transaction.state.log.replication.factor": str(internal_rf),
+                "transaction.state.log.min.isr": str(min(min_insync_replicas, internal_rf)),
                 **(overrides or {}),
                 "etcd.connect": self.etcd_links[n].address,
                 "advertised.listeners": f"PLAINTEXT://{self.ingress[n].address}",
@@ -102,7 +104,7 @@ class LocalCluster:
             except BaseException as e:
                 errors.append(e)
 
-        threads = [threading.Thread(target=start, args=(n,)) for n in self.brokers]
+        threads = [threading.Thread(target=start, args=(n,), daemon=True) for n in self.brokers]
         for t in threads:
             t.start()
         for t in threads:
@@ -135,7 +137,9 @@ class LocalCluster:
                 self.start_broker(n)
 
     def close(self) -> None:
+        """Kill everything; nothing can be started again afterwards (a fault thread that is
+        still healing must not leave a broker behind)."""
         for broker in self.brokers.values():
-            broker.kill()
-        self.etcd.kill()
+            broker.close()
+        self.etcd.close()
         self.network.close()

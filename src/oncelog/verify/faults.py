@@ -15,6 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from confluent_kafka import KafkaException
+
 from oncelog.verify.cluster import LocalCluster
 from oncelog.verify.netproxy import ETCD
 from oncelog.verify.processes import LocalBroker
@@ -29,6 +31,8 @@ class Fault(ABC):
     """One kind of fault against one target: start() injects it, heal() undoes it (idempotent)."""
 
     kind: str = "fault"
+    #: When start() injected it (after any role lookup); None: when start() was called.
+    injected_at: float | None = None
 
     @property
     @abstractmethod
@@ -176,6 +180,7 @@ class ClusterKillFault(ClusterFault):
     def start(self) -> str | None:
         self.node, why = self.pick()
         self._target = self.cluster.brokers[self.node].name
+        self.injected_at = time.time()
         self.cluster.brokers[self.node].kill()
         return f"SIGKILL ({why})"
 
@@ -196,6 +201,7 @@ class ClusterPauseFault(ClusterFault):
     def start(self) -> str | None:
         self.node, why = self.pick()
         self._target = self.cluster.brokers[self.node].name
+        self.injected_at = time.time()
         self.cluster.brokers[self.node].pause()
         return f"SIGSTOP ({why})"
 
@@ -287,10 +293,14 @@ class PartitionFault(ClusterFault):
         mode = next(self._modes)
         brokers = [str(n) for n in self.cluster.brokers]
         if mode == "follower":
-            found = self.roles.follower()
+            try:
+                found = self.roles.follower()
+            except (KafkaException, TimeoutError, ValueError):
+                found = None
             if found is None:
                 raise NotInjected("no in-sync follower to cut from its leader")
             follower, leader, why = found
+            self.injected_at = time.time()
             self.cluster.cut([(str(follower), str(leader))])
             self._target = f"{follower} x {leader}"
             self.active = True
@@ -307,6 +317,7 @@ class PartitionFault(ClusterFault):
             minority.append(ETCD)
         else:
             majority.append(ETCD)
+        self.injected_at = time.time()
         self.cluster.cut([(a, b) for a in minority for b in majority])
         self._target = f"{','.join(minority)} | {','.join(majority)}"
         self.active = True

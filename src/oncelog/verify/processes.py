@@ -28,6 +28,23 @@ class Process:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[str] | None = None
         self.paused = False
+        self.closed = False
+        self._lock = threading.Lock()
+
+    def spawn(self, args: list[str], **kwargs: object) -> subprocess.Popen[str]:
+        """Start the process unless `close` was called (then RuntimeError)."""
+        with self._lock:
+            if self.closed:
+                raise RuntimeError("closed: not starting it again")
+            self.proc = subprocess.Popen(args, text=True, **kwargs)  # type: ignore[call-overload]
+            self.paused = False
+            return self.proc
+
+    def close(self) -> None:
+        """SIGKILL it, and never start it again."""
+        with self._lock:
+            self.closed = True
+        self.kill()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -102,30 +119,27 @@ class LocalBroker(Process):
             args += ["--node-id", str(self.node_id)]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
-        log = self.log_path.open("a")
-        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
-        log.close()
-        self.paused = False
-        stdout = self.proc.stdout
+        with self.log_path.open("a") as log:
+            proc = self.spawn(args, stdout=subprocess.PIPE, stderr=log)
+        stdout = proc.stdout
         assert stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = stdout.readline()
-            if not line:
-                break
-            match = READY.search(line)
-            if match:
-                self.port = int(match.group(2))
-                # Keep draining stdout so the broker never blocks on a full pipe.
-                threading.Thread(target=_drain, args=(stdout,), daemon=True).start()
-                return
-        self.kill()
-        raise RuntimeError(f"{self.name} did not start; see {self.log_path}")
+        ready = threading.Event()
+        ports: list[int] = []
 
+        def watch() -> None:
+            """Find the ready line, then keep draining so the broker never blocks on stdout."""
+            for line in stdout:
+                match = READY.search(line)
+                if match and not ready.is_set():
+                    ports.append(int(match.group(2)))
+                    ready.set()
 
-def _drain(stream: object) -> None:
-    for _ in stream:  # type: ignore[attr-defined]
-        pass
+        threading.Thread(target=watch, daemon=True).start()
+        if ready.wait(timeout) and ports:
+            self.port = ports[0]
+            return
+        self.kill()  # hung before its ready line, or exited
+        raise RuntimeError(f"{self.name} did not start in {timeout:.0f}s; see {self.log_path}")
 
 
 def free_port(host: str = "127.0.0.1") -> int:
@@ -175,8 +189,7 @@ class LocalEtcd(Process):
         ]  # fmt: skip
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as log:
-            self.proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, text=True)
-        self.paused = False
+            self.spawn(args, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.alive():
             if self.healthy():

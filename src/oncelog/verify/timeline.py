@@ -297,7 +297,7 @@ def _svg(tl: Timeline) -> str:
         colour = FAULT_COLOURS.get(b.kind, OTHER_FAULT)
         baseline = LABEL_TOP + lb.lane * LANE_H + 10
         parts.append(
-            f'<g class="fault"><title>{escape(b.label)} {escape(b.target)} '
+            f'<g class="fault"><title>{escape(b.label)} '
             f"{b.start:.1f}s-{b.end:.1f}s</title>"
             f'<rect x="{x:.1f}" y="{top}" width="{w:.1f}" height="{shaded}" '
             f'fill="{colour}" fill-opacity="0.5"/>'

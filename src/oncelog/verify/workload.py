@@ -73,7 +73,8 @@ class RunConfig:
     start_cluster: int = 0
     #: Of the workload's topics; None: 3 on a cluster the tool starts, else 1.
     replication_factor: int | None = None
-    min_insync_replicas: int = 2
+    #: None: 2, or the replication factor if smaller.
+    min_insync_replicas: int | None = None
     #: Extra broker settings (`--broker-config KEY=VALUE`) for the broker or cluster started.
     broker_config: dict[str, str] = field(default_factory=dict)
     #: "all": idempotent producers; "1": plain producers, acks=1, no retries (to show what a
@@ -697,6 +698,9 @@ class Run:
         self.mock: MockCluster | None = None
         self.bootstrap = config.bootstrap or ""
         self.faults: list[Fault] = []
+        #: Faults that could not be injected or healed for another reason than NotInjected:
+        #: the run then reports them and exits 2, since its fault schedule did not happen.
+        self.fault_errors: list[str] = []
         writers = config.producers + config.txn_producers
         self.per_client_rate = config.rate / writers if writers else 0.0
         self.recorder: Recorder
@@ -730,14 +734,23 @@ class Run:
                 break
             if time.monotonic() + cfg.fault_duration + 1 > end:
                 break
-            began = time.time()  # a clean stop takes a while: the window opens at the signal
+            began = time.time()
             try:
                 detail = fault.start()
             except NotInjected:
                 continue  # nothing to hit this round: no fault window
-            self.fault_op(fault, "start", detail, began)
+            except Exception as e:  # a broken fault must not end the schedule in silence
+                self.fault_errors.append(f"{fault.kind} {fault.target}: {e}")
+                continue
+            # A role lookup may take seconds: the window opens when the fault was injected.
+            self.fault_op(fault, "start", detail, fault.injected_at or began)
             self.stop.wait(cfg.fault_duration)
-            self.fault_op(fault, "end", fault.heal())
+            try:
+                healed = fault.heal()
+            except Exception as e:  # the final heal (`heal_all`) tries again
+                self.fault_errors.append(f"healing {fault.kind} {fault.target}: {e}")
+                healed = f"heal failed: {e}"
+            self.fault_op(fault, "end", healed)
         self.faults_done.set()
 
     def heal_all(self) -> None:
@@ -772,14 +785,18 @@ class Run:
                 self.recorder.write(last)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        """Recovery: the topic's metadata is served with a leader for every partition."""
+        """Recovery: the topics' metadata is served with a leader for every partition."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
+        topics = [self.topic] + ([self.output_topic] if self.config.copiers else [])
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                md = admin.list_topics(self.topic, timeout=5)
-                t = md.topics.get(self.topic)
-                if t is not None and t.error is None and self._leaders(t.partitions):
+                md = admin.list_topics(timeout=5)
+                found = [md.topics.get(t) for t in topics]
+                if all(
+                    t is not None and t.error is None and self._leaders(t.partitions)
+                    for t in found
+                ):
                     return
             except KafkaException:
                 pass
@@ -818,6 +835,7 @@ class Run:
             _, high = consumer.get_watermark_offsets(CkTopicPartition(topic, partition), timeout=30)
             consumer.assign([CkTopicPartition(topic, partition, 0)])
             records: list[h.Record] = []
+            tp = CkTopicPartition(topic, partition)
             idle_since = time.monotonic()
             while records[-1].offset + 1 < high if records else high > 0:
                 messages = consumer.consume(num_messages=1000, timeout=0.5)
@@ -830,8 +848,13 @@ class Run:
                     records.append(h.Record(topic, partition, offset, value))
                 if got:
                     idle_since = time.monotonic()
-                elif time.monotonic() - idle_since > 2:
-                    break  # the tail is control records (transaction markers)
+                    continue
+                # Nothing new: done once the position passed the high mark (the tail is
+                # control records, transaction markers); a leader moving after the heal only
+                # delays the read, so wait for it rather than report its records as lost.
+                (pos,) = consumer.position([tp])
+                if pos.offset >= high or time.monotonic() - idle_since > 60:
+                    break
             return h.FinalRead(topic, partition, "read_uncommitted", tuple(records), time.time())
         finally:
             consumer.close()
@@ -956,13 +979,15 @@ class Run:
             self.bootstrap = self.broker.bootstrap
         elif cfg.start_cluster:
             assert base is not None
-            self.cluster = LocalCluster(
+            rf = cfg.replication_factor or min(3, cfg.start_cluster)
+            self.cluster = LocalCluster(  # set before start: an interrupted start is closed too
                 base,
                 cfg.start_cluster,
-                cfg.replication_factor or min(3, cfg.start_cluster),
-                cfg.min_insync_replicas,
+                rf,
+                cfg.min_insync_replicas or min(2, rf),
                 cfg.broker_config,
-            ).start()
+            )
+            self.cluster.start()
             self.bootstrap = self.cluster.bootstrap
             wait_brokers(self.bootstrap, cfg.start_cluster)
         elif cfg.mock_cluster:
@@ -976,6 +1001,7 @@ class Run:
         writer = h.HistoryWriter.open(cfg.history)
         self.recorder = Recorder(writer, time.time())
         clients: list[Client | ProcessClient] = []
+        threads: list[threading.Thread] = []
         try:
             self.create_topic()
             clients = self.clients()
@@ -987,7 +1013,7 @@ class Run:
             sampler.start()
             for c in clients:
                 c.start()
-            threads = [threading.Thread(target=self.schedule_faults, daemon=True)]
+            threads += [threading.Thread(target=self.schedule_faults, daemon=True)]
             if cfg.progress:
                 threads.append(threading.Thread(target=self.progress, daemon=True))
             for t in threads:
@@ -1004,8 +1030,15 @@ class Run:
             failures = [f"{c.name}: {c.failure!r}" for c in clients if c.failure is not None]
             if failures:
                 raise RuntimeError("clients failed: " + "; ".join(failures))
+            if self.fault_errors:
+                raise RuntimeError("faults failed: " + "; ".join(self.fault_errors))
             return self.last_progress(began)
         finally:
+            # Interrupted (Ctrl-C, SIGTERM) or broken: no fault may restart a process after the
+            # servers are closed, so the schedule stops and is waited for first.
+            self.stop.set()
+            for t in threads:
+                t.join(60)
             for c in clients:  # a run cut short must not leave worker processes behind
                 if isinstance(c, ProcessClient):
                     c.kill()
