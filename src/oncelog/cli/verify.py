@@ -50,7 +50,9 @@ def add_parsers(sub: Any) -> None:
         " or fencing: the check shows the violations a real broker must not have",
     )
     rn.add_argument("--duration", type=float, default=30.0, help="seconds of workload")
-    rn.add_argument("--rate", type=float, default=100.0, help="sends per second, all producers")
+    rn.add_argument(
+        "--rate", type=float, default=300.0, help="sends per second, all producers (300)"
+    )
     rn.add_argument("--partitions", type=int, default=3)
     rn.add_argument(
         "--replication-factor",

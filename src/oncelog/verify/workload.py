@@ -84,7 +84,7 @@ class RunConfig:
     #: removed at the end.
     data_dir: Path | None = None
     duration: float = 30.0
-    rate: float = 100.0
+    rate: float = 300.0
     partitions: int = 3
     producers: int = 2
     txn_producers: int = 1
