@@ -277,8 +277,8 @@ class PartitionFault(ClusterFault):
 
     - isolate: a partition leader cut from every peer and from etcd; clients still reach it;
     - follower: a follower cut from its leader only (both still reach etcd and clients);
-    - split: brokers in a minority and a majority side, etcd with the majority;
-    - split-etcd: the same with etcd on the minority side.
+    - split: the controller and up to a minority of brokers cut from the rest and etcd;
+    - split-etcd: a leader (and a minority) with etcd, cut from the majority.
     """
 
     kind = "partition"
@@ -305,7 +305,9 @@ class PartitionFault(ClusterFault):
             self._target = f"{follower} x {leader}"
             self.active = True
             return f"follower cut from its leader ({why})"
-        led = self.roles.find("leader")
+        # The minority is seeded with the controller for `split` (so it fails over too; with
+        # three brokers `isolate` would otherwise be the same cut), a leader otherwise.
+        led = self.roles.find("controller" if mode == "split" else "leader")
         first = str(led[0]) if led is not None else random.choice(brokers)
         minority = [first]
         others = [b for b in brokers if b != first]
