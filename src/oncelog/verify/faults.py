@@ -171,20 +171,19 @@ class ClusterFault(Fault):
                 return node, "no role known: in turn"
         raise NotInjected("no live broker")
 
-
-class ClusterKillFault(ClusterFault):
-    """SIGKILL a broker chosen by role; heal restarts it on the same address."""
-
-    kind = "kill"
-
     def start(self) -> str | None:
         self.node, why = self.pick()
-        self._target = self.cluster.brokers[self.node].name
+        broker = self.cluster.brokers[self.node]
+        self._target = broker.name
         self.injected_at = time.time()
-        self.cluster.brokers[self.node].kill()
-        return f"SIGKILL ({why})"
+        return f"{self.inject(broker)} ({why})"
 
-    def heal(self) -> str | None:
+    def inject(self, broker: LocalBroker) -> str:
+        """Do it to the broker picked; returns what was done (a signal name)."""
+        raise NotImplementedError
+
+    def restart(self) -> str | None:
+        """Start the broker this fault stopped again, unless it is running."""
         node, self.node = self.node, None
         if node is None or self.cluster.brokers[node].alive():
             return None
@@ -193,17 +192,27 @@ class ClusterKillFault(ClusterFault):
         return f"restarted in {time.monotonic() - began:.1f}s"
 
 
+class ClusterKillFault(ClusterFault):
+    """SIGKILL a broker chosen by role; heal restarts it on the same address."""
+
+    kind = "kill"
+
+    def inject(self, broker: LocalBroker) -> str:
+        broker.kill()
+        return "SIGKILL"
+
+    def heal(self) -> str | None:
+        return self.restart()
+
+
 class ClusterPauseFault(ClusterFault):
     """SIGSTOP a broker chosen by role (a long GC pause, a frozen VM); heal sends SIGCONT."""
 
     kind = "pause"
 
-    def start(self) -> str | None:
-        self.node, why = self.pick()
-        self._target = self.cluster.brokers[self.node].name
-        self.injected_at = time.time()
-        self.cluster.brokers[self.node].pause()
-        return f"SIGSTOP ({why})"
+    def inject(self, broker: LocalBroker) -> str:
+        broker.pause()
+        return "SIGSTOP"
 
     def heal(self) -> str | None:
         node, self.node = self.node, None
@@ -231,12 +240,7 @@ class BounceFault(ClusterFault):
         raise NotInjected("no live broker to bounce")
 
     def heal(self) -> str | None:
-        node, self.node = self.node, None
-        if node is None or self.cluster.brokers[node].alive():
-            return None
-        began = time.monotonic()
-        self.cluster.start_broker(node)
-        return f"restarted in {time.monotonic() - began:.1f}s"
+        return self.restart()
 
 
 class EtcdFault(Fault):
