@@ -47,6 +47,9 @@ from oncelog.verify.worker import ProcessClient, WorkerSpec
 #: have appended them: duplicates no broker can recognise (librdkafka issue #4953; Kafka answers
 #: a produce waiting for acks=all on a lost leadership the same way). With 10 s, a 300 s cluster
 #: run saw it once (195 duplicates of one producer after two leader changes within 10 s).
+#: The same bump follows OUT_OF_ORDER_SEQUENCE_NUMBER on a request behind the first one in
+#: flight (a new leader that lacks the first one's unacknowledged batch, which a later leader
+#: still has): hence one request in flight per connection for these producers.
 IDEMPOTENT_MESSAGE_TIMEOUT_MS = 60_000
 
 # Broker rejections after which the record was certainly not written.
@@ -247,7 +250,11 @@ class IdempotentProducer(Client):
     def _with_error_cb(self, on_error: Any) -> Producer:
         """An idempotent producer; a fatal error (reported via on_error) makes us replace it."""
         durability: dict[str, Any] = (
-            {"enable.idempotence": True, "message.timeout.ms": IDEMPOTENT_MESSAGE_TIMEOUT_MS}
+            {
+                "enable.idempotence": True,
+                "message.timeout.ms": IDEMPOTENT_MESSAGE_TIMEOUT_MS,
+                "max.in.flight.requests.per.connection": 1,
+            }
             if self.run_.config.acks == "all"
             else {"enable.idempotence": False, "acks": 1, "retries": 0, "message.timeout.ms": 10000}
         )
