@@ -115,6 +115,11 @@ class ClusterRuntime(ClusterAdminOps):
         self._tasks: list[asyncio.Task[None]] = []
         self._versions: dict[bytes, Versioned] = {}
         self._recompute = asyncio.Event()
+        #: The etcd revision of this incarnation's registration, and when it was made: a
+        #: partition state older than it that names this broker leader was written for the
+        #: previous incarnation (`_apply_partition`).
+        self.registered_revision = 0
+        self._registered_at = 0.0
         #: Told when this broker starts or stops leading a partition (the coordinators load
         #: and unload their internal partitions on it).
         self.leadership_listener: Callable[[TopicPartition, bool], None] = lambda _tp, _l: None
@@ -169,7 +174,14 @@ class ClusterRuntime(ClusterAdminOps):
         key = cs.key_for_broker(self.node_id).encode()
         self.lease = await self.store.grant_lease(self.session_s)
         deadline = time.monotonic() + wait_s
-        while not await self.store.create(key, self.registration.to_bytes(), lease=self.lease):
+        while True:
+            created = await self.store.compare_and_swap(
+                key, 0, self.registration.to_bytes(), lease=self.lease
+            )
+            if created is not None:
+                self.registered_revision = created.mod_revision
+                self._registered_at = time.monotonic()
+                return
             if time.monotonic() > deadline:
                 raise StartupError(
                     f"node.id {self.node_id} is registered in etcd by a live broker; "
@@ -312,8 +324,22 @@ class ClusterRuntime(ClusterAdminOps):
         replicas = assignment.replicas[tp.partition]
         if self.node_id not in replicas:
             return
+        leader = state.leader
+        if leader == self.node_id and versioned.mod_revision < self.registered_revision:
+            # Written for this broker's previous incarnation: leading under that epoch would
+            # serve what the dead incarnation wrote and never replicated (a coordinator's
+            # unreplicated records, say) until the controller, which saw the old registration
+            # expire, moves the partition (Kafka fences a restarted broker likewise). Wait for
+            # its new state, but not forever: a controller that missed the restart leaves it.
+            waited = time.monotonic() - self._registered_at
+            if waited < self.session_s * 2:
+                with contextlib.suppress(RuntimeError):  # no loop: a later change re-applies
+                    asyncio.get_running_loop().call_later(
+                        self.session_s * 2 - waited + 0.1, self._apply_partition, tp
+                    )
+                leader = -1
         view = ReplicaView(
-            state.leader,
+            leader,
             state.leader_epoch,
             state.isr,
             state.partition_epoch,
