@@ -5,7 +5,10 @@ Theory of operation:
 1. Start: the broker reads (or, first of all, writes) the cluster id, takes a lease of
    `broker.session.timeout.ms` and creates `brokers/<node.id>` under it. A registration of
    an earlier incarnation is waited out until its lease expires; a live broker with the same
-   node.id stops this one from starting.
+   node.id stops this one from starting. A partition state older than this registration
+   that names this broker leader was written for the earlier incarnation: it is not led
+   (for at most twice the session) until the controller, which saw that incarnation's
+   registration expire, writes the partition's new state.
 2. Watch: everything under the cluster's prefix is listed once, then watched from the next
    revision; a broken watch is re-listed (deleted keys found by difference). Every event
    updates the `ClusterView` handlers answer from, the replica manager (topics, partition
