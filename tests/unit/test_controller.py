@@ -256,6 +256,24 @@ def test_leader_restarted_within_its_lease_gets_a_new_leader_epoch() -> None:
     assert "restarted" in w.reason
 
 
+def test_new_controller_moves_a_leader_that_registered_after_its_state() -> None:
+    """The controller that saw broker 1 restart was broker 1 itself: its successor finds a
+    state naming 1 leader written (revision 150) before 1 registered again (revision 200), so
+    1 restarted since it was elected; the epoch moves on, as for a bounce seen live."""
+    c = Controller(ControllerSettings())
+    etcd = FakeEtcd(c)
+    for b, epoch in ((1, 200), (2, 20), (3, 30)):
+        c.broker_registered(reg(b), broker_epoch=epoch)
+    c.topic_changed(topic())
+    etcd.keys[TP] = (PartitionState(1, 4, (1, 2, 3), 7), 150)
+    etcd.revision = 200
+    c.partition_changed("t", 0, etcd.state(), 150)
+    [w] = etcd.apply(c.became_controller(now_ms=0))
+    assert w.new_state.leader == 2 and w.new_state.leader_epoch == 5
+    assert "restarted since" in w.reason
+    assert c.became_controller(now_ms=0) == []  # the new state is newer than the registration
+
+
 def test_broker_epoch_tells_a_restart_from_a_re_read() -> None:
     c, etcd = cluster()
     assert c.broker_registered(reg(2), broker_epoch=20) == []  # the same put read again

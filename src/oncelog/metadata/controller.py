@@ -537,6 +537,18 @@ class Controller:
             new = initial_state(replicas, passes[-1])
             return self._write(tp, view, new, f"{why}: new partition")
         state, reasons = view.state, []
+        registered = self._broker_epochs.get(state.leader) if state.leader >= 0 else None
+        if (
+            registered is not None
+            and registered > view.mod_revision
+            and len(passes) == 1
+            and state.leader in passes[0]
+        ):
+            # The leader registered after this state was written: it restarted since it was
+            # elected (a controller that missed the restart, say because it was that broker).
+            # As for a bounce seen live: a death, then a return, so the epoch moves on.
+            passes = (passes[0] - {state.leader}, passes[0])
+            why = f"{why}: leader {state.leader} restarted since"
         unclean = unclean_allowed(topic, self.settings.unclean_leader_election_enable)
         for live in passes:
             step = reconcile(state, replicas, live, unclean=unclean)
