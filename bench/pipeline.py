@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,21 @@ def cpu_model() -> str:
 
 
 def run_once(
-    spark: Any, bootstrap: str, work: Path, args: argparse.Namespace, tag: str, semantics: str
+    spark: Any,
+    bootstrap: str,
+    work: Path,
+    args: argparse.Namespace,
+    tag: str,
+    semantics: str,
+    create_output: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
+    """One timed run of the pipeline over all events; `create_output` makes the output topic
+    (default: as `oncelog pipeline` does; a cluster benchmark replicates it)."""
     output = f"averages-{tag}"
-    ensure_topic(bootstrap, output, args.output_partitions)
+    if create_output is None:
+        ensure_topic(bootstrap, output, args.output_partitions)
+    else:
+        create_output(output)
     cfg = PipelineConfig(
         bootstrap=bootstrap,
         input_topic="events",

@@ -38,7 +38,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +45,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from bench.pipeline import cpu_model  # noqa: E402
+from bench.pipeline import run_once as pipeline_run_once  # noqa: E402
 from tests.cluster_process import Cluster  # noqa: E402
 from tests.spark.spark_standalone import SparkStandalone  # noqa: E402
 
 from oncelog.cli.main import main as oncelog_main  # noqa: E402
-from oncelog.spark.pipeline import PipelineConfig, spark_session, start  # noqa: E402
+from oncelog.spark.pipeline import spark_session  # noqa: E402
 
 SEMANTICS = ("exactly-once", "at-least-once")
 #: Kafka's defaults (the test harness shortens them to see failures in seconds).
@@ -74,38 +74,16 @@ TOPIC_CONFIG = {"min.insync.replicas": "2"}
 def run_once(
     spark: Any, cluster: Cluster, work: Path, args: argparse.Namespace, tag: str, semantics: str
 ) -> dict[str, Any]:
-    output = f"averages-{tag}"
-    cluster.create_topic(output, args.output_partitions, 3, TOPIC_CONFIG)
-    cfg = PipelineConfig(
-        bootstrap=cluster.bootstrap,
-        input_topic="events",
-        output_topic=output,
-        checkpoint=str(work / f"ck-{tag}"),
-        semantics=semantics,
-        available_now=True,
-        max_offsets_per_trigger=args.max_offsets_per_trigger,
-        sink_id=f"bench-{tag}",
+    """`bench/pipeline.py`'s timed run, its output topic replicated on the cluster."""
+    return pipeline_run_once(
+        spark,
+        cluster.bootstrap,
+        work,
+        args,
+        tag,
+        semantics,
+        lambda name: cluster.create_topic(name, args.output_partitions, 3, TOPIC_CONFIG),
     )
-    began = time.perf_counter()
-    query = start(spark, cfg)
-    query.awaitTermination(args.timeout)
-    elapsed = time.perf_counter() - began
-    if query.isActive:
-        query.stop()
-        raise RuntimeError(f"run {tag} did not finish in {args.timeout}s")
-    if query.exception() is not None:
-        raise RuntimeError(f"run {tag} failed: {query.exception()}")
-    progress = query.recentProgress
-    rows = sum(p.numInputRows for p in progress)
-    if rows != args.events:
-        raise RuntimeError(f"run {tag} read {rows} rows, expected {args.events}")
-    return {
-        "semantics": semantics,
-        "seconds": elapsed,
-        "records_per_s": args.events / elapsed,
-        "batches": len([p for p in progress if p.numInputRows]),
-        "batch_ms_sum": sum(p.batchDuration for p in progress),
-    }
 
 
 def overrides_of(items: list[str]) -> dict[str, str]:
