@@ -283,25 +283,7 @@ class IdempotentProducer(Client):
         index = next(self.index)
         process, topic = self.process, topic or self.run_.topic
         value = f"{process}-{index}"
-        self.rec.write(
-            h.Send(
-                process,
-                index,
-                "invoke",
-                topic,
-                partition,
-                value,
-                None,
-                tid,
-                txn,
-                source=source,
-                time=time.time(),
-            )
-        )
-
-        def delivered(err: KafkaError | None, msg: Message) -> None:
-            phase = classify(err)
-            offset = msg.offset() if phase == "ok" else None
+        def record(phase: h.Phase, offset: int | None = None, error: str | None = None) -> None:
             self.rec.write(
                 h.Send(
                     process,
@@ -315,10 +297,17 @@ class IdempotentProducer(Client):
                     txn,
                     offset=offset,
                     source=source,
-                    error=None if err is None else _error_text(err),
+                    error=error,
                     time=time.time(),
                 )
             )
+
+        record("invoke")
+
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            phase = classify(err)
+            error = None if err is None else _error_text(err)
+            record(phase, msg.offset() if phase == "ok" else None, error)
 
         while True:
             try:
@@ -327,21 +316,7 @@ class IdempotentProducer(Client):
             except BufferError:
                 producer.poll(0.1)
             except KafkaException as e:  # e.g. the producer hit a fatal error: nothing queued
-                failed = h.Send(
-                    process,
-                    index,
-                    "fail",
-                    topic,
-                    partition,
-                    value,
-                    None,
-                    tid,
-                    txn,
-                    source=source,
-                    error=_error_text(e.args[0]),
-                    time=time.time(),
-                )
-                self.rec.write(failed)
+                record("fail", error=_error_text(e.args[0]))
                 raise
 
 
