@@ -16,6 +16,10 @@ if TYPE_CHECKING:
     from oncelog.config import BrokerConfig
 
 
+#: The principal of a connection that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
+ANONYMOUS = "User:ANONYMOUS"
+
+
 @dataclass(frozen=True, slots=True)
 class Node:
     node_id: int
@@ -48,6 +52,8 @@ class RequestContext:
     connection_id: str
     broker: BrokerContext
     client_host: str = ""
+    #: Kafka's principal of the connection ("User:alice"); unauthenticated is User:ANONYMOUS.
+    principal: str = ANONYMOUS
 
     def response_class(self) -> type[Any]:
         from oncelog.protocol.codec import response_class

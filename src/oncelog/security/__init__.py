@@ -1,0 +1,1 @@
+"""Authentication and authorization without IO: SASL mechanisms, SCRAM credentials, ACLs."""
