@@ -240,14 +240,33 @@ def test_offset_for_timestamp_on_an_empty_log(tmp_path: Path) -> None:
 def test_max_timestamp_and_offset(tmp_path: Path) -> None:
     plog = open_log(tmp_path, LogConfig(segment_bytes=200))
     append(plog, [b"a", b"b"], timestamps=[T0 + 5, T0 + 1])  # 0-1
-    assert plog.max_timestamp_and_offset() == (T0 + 5, 1)
+    # KIP-734: the record holding the max timestamp (0), not its batch's last offset (1).
+    assert plog.max_timestamp_and_offset() == (T0 + 5, 0)
     append(plog, [b"c", b"d", b"e"], timestamps=[T0 + 9, T0 + 2, T0 + 3])  # 2-4
     append(plog, [b"f"], timestamp=T0 + 9)  # 5: same max, the first batch with it wins
     append(plog, [b"g"], timestamp=T0 + 4)  # 6
     assert len(plog.segments) > 1
-    assert plog.max_timestamp_and_offset() == (T0 + 9, 4)
+    assert plog.max_timestamp_and_offset() == (T0 + 9, 2)
     plog.delete_records_before(5)
     assert plog.max_timestamp_and_offset() == (T0 + 9, 5)
     plog.delete_records_before(6)
     assert plog.max_timestamp_and_offset() == (T0 + 4, 6)
+    plog.close()
+
+
+@pytest.mark.parametrize("codec", ALL_CODECS)
+def test_max_timestamp_names_the_record_in_the_middle_of_its_batch(
+    tmp_path: Path, codec: Codec
+) -> None:
+    """KAFKA-16310: the max-timestamp record sits mid-batch, so neither the batch's base
+    nor its last offset is the answer; compressed batches are decoded the same way."""
+    plog = open_log(tmp_path)
+    append(plog, [b"x"], timestamp=T0 + 50)  # 0
+    stamps = [T0 + 10, T0 + 20, T0 + 99, T0 + 30, T0 + 99, T0 + 40]  # 1-6
+    append(plog, [b"r%d" % i for i in range(6)], timestamps=stamps, codec=codec)
+    append(plog, [b"y"], timestamp=T0 + 60)  # 7
+    # The first of the two records with the max timestamp, at offset 1 + 2.
+    assert plog.max_timestamp_and_offset() == (T0 + 99, 3)
+    plog.delete_records_before(4)
+    assert plog.max_timestamp_and_offset() == (T0 + 99, 5)
     plog.close()

@@ -1071,17 +1071,37 @@ class PartitionLog:
         return None, header.next_offset
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
-        """(max timestamp, last offset of the batch holding it), for ListOffsets v7 -3."""
-        best = (-1, -1)
+        """(max timestamp, offset of the first record holding it), for ListOffsets v7+ -3.
+
+        KIP-734 asks for the record's own offset, not its batch's last offset (Kafka fixed
+        the same mistake in KAFKA-16310), so the one batch holding the maximum is decoded.
+        """
+        best: tuple[int, LogSegment, BatchHeader] | None = None
         for segment in self.segments:
-            if segment.max_timestamp > best[0]:
+            if segment.max_timestamp > (best[0] if best else -1):
                 for _, header in segment.headers_from(segment.base_offset):
                     if (
-                        header.max_timestamp > best[0]
+                        header.max_timestamp > (best[0] if best else -1)
                         and header.last_offset >= self.log_start_offset
                     ):
-                        best = (header.max_timestamp, header.last_offset)
-        return best
+                        best = (header.max_timestamp, segment, header)
+        if best is None:
+            return -1, -1
+        max_ts, segment, header = best
+        if header.log_append_time:
+            # Every record carries the batch's append time: the first one holds it.
+            return max_ts, max(header.base_offset, self.log_start_offset)
+        batch = segment.read(header.base_offset, HEADER_SIZE)
+        found = (-1, -1)
+        for rec_offset, rec_ts in record_offsets_and_timestamps(
+            batch_records(batch, 0, header),
+            header.base_offset,
+            header.base_timestamp,
+            header.record_count,
+        ):
+            if rec_offset >= self.log_start_offset and rec_ts > found[0]:
+                found = (rec_ts, rec_offset)
+        return found
 
     # -- deletion ----------------------------------------------------------------------------
 
