@@ -89,6 +89,20 @@ def _metadata_version(value: object) -> str | None:
     return f"Unknown metadata.version '{value}'"
 
 
+#: The class names Kafka's `authorizer.class.name` takes for its ACL authorizer (KRaft and
+#: ZooKeeper mode); both select oncelog's ACL authorizer (oncelog.security.authorizer).
+ACL_AUTHORIZER_CLASSES = (
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+)
+
+
+def _authorizer_class(value: object) -> str | None:
+    if value in ("", None) or value in ACL_AUTHORIZER_CLASSES:
+        return None
+    return "oncelog has only Kafka's ACL authorizer: " + " or ".join(ACL_AUTHORIZER_CLASSES)
+
+
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("node.id", C.INT, "1", at_least=0, doc="Id of this broker."),
     ConfigDef("listeners", C.LIST, "PLAINTEXT://127.0.0.1:9092"),
@@ -308,6 +322,15 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms", C.INT, "10000", at_least=1
     ),
+    ConfigDef(
+        "authorizer.class.name",
+        C.STRING,
+        "",
+        check=_authorizer_class,
+        doc="Empty: no authorization. Kafka's StandardAuthorizer or AclAuthorizer: ACLs.",
+    ),
+    ConfigDef("super.users", C.STRING, "", doc="Principals allowed everything: User:a;User:b"),
+    ConfigDef("allow.everyone.if.no.acl.found", C.BOOLEAN, "false"),
     ConfigDef(
         "oncelog.testing.offsets.retention.ms",
         C.INT,

@@ -14,6 +14,7 @@ from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
 from oncelog.metadata.placement import assign_replicas
+from oncelog.security.acl import AclBinding
 from oncelog.types import TopicPartition
 
 
@@ -74,6 +75,13 @@ class ClusterOps(Protocol):
     ) -> tuple[dict[TopicPartition, KafkaError | None], PendingOp] | None:
         """ElectLeaders on the active controller (None elsewhere): each partition's outcome
         (final once the op is done) and the op. `partitions=None`: all of them."""
+        ...
+
+    def write_acls(
+        self, create: Sequence[AclBinding], delete: Sequence[AclBinding]
+    ) -> PendingOp:
+        """Put `create` and delete `delete` in etcd (one key per binding); when done, this
+        broker's authorizer has them (every other broker's watch follows)."""
         ...
 
 

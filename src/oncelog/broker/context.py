@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from oncelog.broker.txn_runtime import TxnRuntime
     from oncelog.clock import Clock
     from oncelog.config import BrokerConfig
+    from oncelog.security.authorizer import Authorizer
 
 
 #: The principal of a connection that did not authenticate (Kafka's KafkaPrincipal.ANONYMOUS).
@@ -41,6 +42,8 @@ class BrokerContext:
     #: In a cluster: what etcd says, and the writes to it handlers may ask for.
     cluster: ClusterView | None = None
     cluster_ops: ClusterOps | None = None
+    #: The ACL authorizer (authorizer.class.name set), else None: everything is allowed.
+    authorizer: Authorizer | None = None
 
 
 @dataclass(frozen=True, slots=True)

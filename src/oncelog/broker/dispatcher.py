@@ -23,11 +23,14 @@ from oncelog.broker.handlers import (
     add_offsets_to_txn,
     add_partitions_to_txn,
     api_versions,
+    create_acls,
     create_partitions,
     create_topics,
+    delete_acls,
     delete_groups,
     delete_records,
     delete_topics,
+    describe_acls,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -108,6 +111,9 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.CREATE_PARTITIONS: create_partitions.handle,
     ApiKey.ELECT_LEADERS: elect_leaders.handle,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.DESCRIBE_ACLS: describe_acls.handle,
+    ApiKey.CREATE_ACLS: create_acls.handle,
+    ApiKey.DELETE_ACLS: delete_acls.handle,
 }
 
 

@@ -26,6 +26,7 @@ PRODUCER_IDS_KEY = "producer_ids"
 CONTROLLER_KEY = "controller"
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _INT = re.compile(r"0|[1-9][0-9]*")
+_ACL_ID = re.compile(r"[0-9a-f]{32}")
 
 T = TypeVar("T")
 
@@ -257,6 +258,7 @@ class KeyKind(Enum):
     TOPIC = "topics"
     PARTITION = "partitions"
     PRODUCER_IDS = "producer_ids"
+    ACL = "acls"
 
 
 class ParsedKey(NamedTuple):
@@ -308,6 +310,13 @@ def prefix_for_partitions(topic: str) -> str:
     return f"partitions/{_check_topic(topic)}/"
 
 
+def key_for_acl(acl_id: str) -> str:
+    """One ACL binding per key, named by its digest (oncelog.security.acl.AclBinding.key)."""
+    if not _ACL_ID.fullmatch(acl_id):
+        raise ClusterStateError(f"not an ACL id: {acl_id!r}")
+    return f"acls/{acl_id}"
+
+
 def key_for_producer_ids() -> str:
     return PRODUCER_IDS_KEY
 
@@ -322,6 +331,7 @@ def parse_key(key: str | bytes) -> ParsedKey:
         "topics": (1, (_TOPIC_NAME,)),
         "partitions": (2, (_TOPIC_NAME, _INT)),
         "producer_ids": (0, ()),
+        "acls": (1, (_ACL_ID,)),
     }
     shape = shapes.get(head)
     if shape is None or len(rest) != shape[0] or not _all_match(shape[1], rest):

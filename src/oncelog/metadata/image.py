@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from oncelog.storage.files import read_checked_json, write_atomically, write_checked_json
 
@@ -32,6 +33,8 @@ class MetadataImage:
         self.path = path
         self.cluster_id = cluster_id
         self.topics = topics
+        #: The ACL bindings as oncelog.security.acl stores them (AclBinding.to_json).
+        self.acls: list[dict[str, Any]] = []
 
     @classmethod
     def load_or_create(cls, log_dir: Path, node_id: int) -> MetadataImage:
@@ -50,6 +53,7 @@ class MetadataImage:
                 for t in data["topics"]
             }
             image = cls(path, str(data["cluster_id"]), topics)
+            image.acls = list(data.get("acls", []))
         else:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             image = cls(path, cluster_id, {})
@@ -72,11 +76,17 @@ class MetadataImage:
                     }
                     for t in self.topics.values()
                 ],
+                "acls": self.acls,
             },
         )
 
     def add_topic(self, topic: TopicImage) -> None:
         self.topics[topic.name] = topic
+        self.save()
+
+    def set_acls(self, acls: list[dict[str, Any]]) -> None:
+        """Replace every ACL binding and write the image (CreateAcls, DeleteAcls)."""
+        self.acls = acls
         self.save()
 
     def remove_topic(self, name: str) -> TopicImage | None:

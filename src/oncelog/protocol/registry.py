@@ -43,6 +43,9 @@ class ApiKey(IntEnum):
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     DELETE_GROUPS = 42
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
 
 
 SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
@@ -87,6 +90,10 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     # v1 adds endpoint_type (brokers only; controllers: UNSUPPORTED_ENDPOINT_TYPE), v2
     # include_fenced_brokers (no broker is ever fenced).
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
+    # v0 is not in kio (no pattern type; Kafka 4 dropped it too).
+    ApiKey.DESCRIBE_ACLS: (1, 3),
+    ApiKey.CREATE_ACLS: (1, 3),
+    ApiKey.DELETE_ACLS: (1, 3),
 }
 
 

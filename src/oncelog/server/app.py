@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING
 
+from oncelog.broker.authz import load_authorizer
 from oncelog.broker.context import BrokerContext, Node
 from oncelog.broker.dispatcher import Dispatcher
 from oncelog.broker.group_runtime import GroupRuntime
@@ -139,11 +140,14 @@ class BrokerServer:
         context = BrokerContext(
             self.config, self.clock, self.replicas, node, self.groups, self.txns
         )
+        # A single node keeps its ACLs in the metadata image; a cluster's come from etcd.
+        context.authorizer = load_authorizer(context, from_image=self.cluster is None)
         if self.cluster is not None:
             # Joined before serving: a client never sees a broker with an empty cluster view,
             # and peers find it once it listens.
             context.cluster = self.cluster.view
             context.cluster_ops = self.cluster
+            self.cluster.authorizer = context.authorizer
             await self.cluster.start(node)
         self.dispatcher = Dispatcher(context)
         self._server = await loop.create_server(

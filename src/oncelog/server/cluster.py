@@ -52,6 +52,7 @@ from oncelog.metadata.controller import (
     isr_change,
 )
 from oncelog.metadata.producer_id_blocks import next_block
+from oncelog.server.cluster_acls import ClusterAclOps
 from oncelog.server.cluster_admin import ClusterAdminOps
 from oncelog.server.etcd import (
     EtcdError,
@@ -74,7 +75,7 @@ CLUSTER_ID_KEY = b"cluster_id"
 RETRY_S = 0.5
 
 
-class ClusterRuntime(ClusterAdminOps):
+class ClusterRuntime(ClusterAdminOps, ClusterAclOps):
     def __init__(
         self,
         config: BrokerConfig,
@@ -282,6 +283,8 @@ class ClusterRuntime(ClusterAdminOps):
             return self._topic_event(key.topic, event)
         if key.kind == cs.KeyKind.PARTITION:
             return self._partition_event(key.topic, key.partition, event)
+        if key.kind == cs.KeyKind.ACL:
+            self._acl_event(key.parts[0], event.value if put else None)
         return []
 
     def _topic_event(self, name: str, event: WatchEvent) -> list[PartitionWrite]:
