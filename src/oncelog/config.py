@@ -107,6 +107,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("node.id", C.INT, "1", at_least=0, doc="Id of this broker."),
     ConfigDef("listeners", C.LIST, "PLAINTEXT://127.0.0.1:9092"),
     ConfigDef("advertised.listeners", C.LIST, None, doc="Defaults to listeners."),
+    ConfigDef(
+        "http.listeners",
+        C.LIST,
+        "",
+        doc="oncelog: the HTTP listener (/metrics, the web console), http://HOST:PORT; "
+        "empty: off. Port 0 picks a free port, printed in the ready line.",
+    ),
     ConfigDef("log.dirs", C.LIST, None, doc="Defaults to log.dir."),
     ConfigDef("log.dir", C.STRING, "./oncelog-data"),
     ConfigDef("num.partitions", C.INT, "1", at_least=1),

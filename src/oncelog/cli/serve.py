@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.config import BrokerConfig
 from oncelog.errors import InvalidConfig
+
+if TYPE_CHECKING:
+    from oncelog.console.app import ConsoleServer
+    from oncelog.console.listener import HttpListener
+    from oncelog.server.app import BrokerServer
 
 EXIT_CONFIG_ERROR = 2
 
@@ -18,13 +24,16 @@ connections closed, logs flushed, the clean-shutdown marker written.
 
 When it is ready it prints one line on stdout, with the bound port (useful with port 0):
   oncelog broker NODE_ID ready on HOST:PORT (log.dirs=DIRS)
+With http.listeners set (e.g. --override http.listeners=http://127.0.0.1:9644) the line
+ends with the HTTP listener's URL (/metrics and the web console):
+  oncelog broker NODE_ID ready on HOST:PORT (log.dirs=DIRS), console http://HOST:PORT/
 
 Configuration uses Kafka's broker keys, names and defaults: the properties file is read
 first, then --override and the shortcuts win over it. The keys are listed in README.md,
 section "Configuration"; each key's default and Kafka bound is in oncelog/config.py.
 Values outside Kafka's bounds exit with status 2; unknown keys are logged as warnings.
 A log directory is locked (<dir>/.lock) while a broker uses it; a second broker on it, a
-taken port or an unusable directory exit with status 1 and one line on stderr."""
+taken port (Kafka or HTTP) or an unusable directory exit with status 1 and one line on stderr."""
 
 
 def add_parser(sub: Any) -> None:
@@ -79,12 +88,59 @@ def config_from_args(args: argparse.Namespace) -> BrokerConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    from oncelog.console.listener import HttpListenerError
+    from oncelog.console.listener import parse as parse_http
     from oncelog.server.app import run as run_broker
 
     try:
         config = config_from_args(args)
-    except (InvalidConfig, OSError) as exc:
+        http_listeners = config.get("http.listeners")
+        assert isinstance(http_listeners, list)
+        http = parse_http(http_listeners)
+    except (InvalidConfig, HttpListenerError, OSError) as exc:
         print(f"oncelog: configuration error: {exc}", file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
     config.warn_unknown()
-    return run_broker(config)
+    return run_broker(config, [HttpCompanion(http)] if http is not None else [])
+
+
+class HttpCompanion:
+    """The HTTP listener beside the broker (server.app.Companion): /metrics renders the
+    broker's registry; the console reads the broker through its own Kafka listener."""
+
+    def __init__(self, listener: HttpListener) -> None:
+        self.listener = listener
+        self._sock: socket.socket | None = None
+        self._server: ConsoleServer | None = None
+
+    def bind(self) -> None:
+        from oncelog.console.listener import HttpListenerError, bind
+        from oncelog.server.startup import StartupError
+
+        try:
+            self._sock = bind(self.listener)
+        except HttpListenerError as exc:
+            raise StartupError(str(exc)) from exc
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+
+    async def start(self, server: BrokerServer) -> str:
+        from oncelog.console.app import ConsoleServer, ConsoleSettings
+
+        assert self._sock is not None and server.dispatcher is not None
+        metrics = server.dispatcher.broker.metrics
+        host = server.config.listener.host
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"
+        settings = ConsoleSettings(
+            bootstrap=f"{host}:{server.port}", registry=getattr(metrics, "registry", None)
+        )
+        self._server = ConsoleServer(settings, self._sock)
+        port = await self._server.start()
+        return f"console {self.listener.url(port)}"
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop()

@@ -26,6 +26,7 @@ from oncelog.cli.console import (
 )
 from oncelog.client.admin import Admin, ProducerInfo
 from oncelog.client.connection import ClientError
+from oncelog.client.transactions import find_hanging
 from oncelog.errors import error_name
 from oncelog.types import TopicPartition
 
@@ -156,35 +157,6 @@ def _describe_producers(admin: Admin, args: argparse.Namespace) -> int:
 
 def _now_ms() -> int:
     return int(time.time() * 1000)
-
-
-def find_hanging(admin: Admin, topics: list[str] | None, max_timeout_ms: int) -> list[ProducerInfo]:
-    """Open transactions older than `max_timeout_ms` that no coordinator drives properly."""
-    names = topics or [t for t in admin.topics() if not t.startswith("__")]
-    tps = [tp for tp in admin.leaders if tp.topic in names]
-    now = _now_ms()
-    suspects = [
-        p
-        for p in admin.describe_producers(tps)
-        if p.txn_start_offset >= 0 and now - p.last_timestamp >= max_timeout_ms
-    ]
-    if not suspects:
-        return []
-    known = {
-        t.producer_id: t for t in admin.list_transactions(pids=[p.producer_id for p in suspects])
-    }
-    hanging = []
-    for p in suspects:
-        listed = known.get(p.producer_id)
-        if listed is None or listed.transaction_state != "Ongoing":
-            hanging.append(p)
-            continue
-        t = admin.describe_transaction(listed.transactional_id)
-        in_txn = any(d.topic == p.tp.topic and p.tp.partition in d.partitions for d in t.topics)
-        started = t.transaction_start_time_ms
-        if t.producer_epoch != p.producer_epoch or not in_txn or now - started >= max_timeout_ms:
-            hanging.append(p)
-    return hanging
 
 
 def _find_hanging(admin: Admin, args: argparse.Namespace) -> int:

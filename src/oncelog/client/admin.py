@@ -103,6 +103,10 @@ class Admin:
     def all_nodes(self) -> list[Connection]:
         return [self.node(n) for n in sorted(self._nodes)]
 
+    def node_ids(self) -> list[int]:
+        """The brokers the last Metadata named (and coordinators found since)."""
+        return sorted(self._nodes)
+
     def topics(self) -> list[str]:
         return sorted({tp.topic for tp in self.leaders})
 

@@ -22,7 +22,7 @@ import socket
 import sys
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from oncelog.broker.authz import load_authorizer
 from oncelog.broker.context import BrokerContext, Node
@@ -400,15 +400,36 @@ class BrokerServer:
         log.info("shut down cleanly")
 
 
-def run(config: BrokerConfig) -> int:
+class Companion(Protocol):
+    """A server run beside the broker on its loop (the HTTP listener, composed by `oncelog
+    serve`): its port is bound with the broker's, before the disk is touched; it starts once
+    the broker serves, adds to the ready line, and stops after the broker."""
+
+    def bind(self) -> None:
+        """Bind the port now; StartupError (one line) when it cannot."""
+
+    def close(self) -> None:
+        """Release what bind took, when the broker does not start."""
+
+    async def start(self, server: BrokerServer) -> str:
+        """Serve; return what the ready line adds (", " joins it), e.g. the URL."""
+
+    async def stop(self) -> None: ...
+
+
+def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
     """Run a broker until SIGTERM/SIGINT; print one line when ready, or one line on stderr
     and return 1 when it cannot start."""
     try:
         sock = bind_listener(config.listener)
         try:
+            for companion in companions:
+                companion.bind()
             locks = lock_log_dirs(config.log_dirs)
-        except LogDirError as exc:
+        except (LogDirError, StartupError) as exc:
             sock.close()
+            for companion in companions:
+                companion.close()
             raise StartupError(str(exc)) from exc
     except StartupError as exc:
         return _startup_failed(str(exc))
@@ -417,6 +438,7 @@ def run(config: BrokerConfig) -> int:
         try:
             server = BrokerServer(config, sock=sock)
             port = await server.start()
+            notes = [await companion.start(server) for companion in companions]
         except StartupError:
             raise
         except (OSError, ValueError, KafkaError) as exc:
@@ -429,10 +451,13 @@ def run(config: BrokerConfig) -> int:
         listener = config.listener
         dirs = ",".join(str(d) for d in config.log_dirs)
         print(
-            f"oncelog broker {config.node_id} ready on {listener.host}:{port} (log.dirs={dirs})",
+            f"oncelog broker {config.node_id} ready on {listener.host}:{port} (log.dirs={dirs})"
+            + "".join(f", {note}" for note in notes),
             flush=True,
         )
         await server.serve_until_stopped()
+        for companion in companions:
+            await companion.stop()
 
     try:
         try:

@@ -1,0 +1,65 @@
+"""`http.listeners`: where the HTTP listener (/metrics, the web console) binds.
+
+Kafka-style: a list of `http://HOST:PORT`; empty (the default) turns the listener off. Only
+the first entry is served, as with `listeners`. Port 0 binds any free port; the ready line
+prints the bound one.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+from dataclasses import dataclass
+
+_SPEC = re.compile(r"(?i:http)://\[?([^\]/]*?)\]?:(\d+)/?")
+
+
+class HttpListenerError(Exception):
+    """A bad `http.listeners` value or an address that cannot be bound (one line)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpListener:
+    host: str
+    port: int
+
+    def url(self, port: int | None = None) -> str:
+        """The console's URL; a wildcard host is shown as loopback, which always reaches it."""
+        host = "127.0.0.1" if self.host in ("", "0.0.0.0") else self.host
+        if host == "::":
+            host = "::1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{self.port if port is None else port}/"
+
+
+def parse(values: list[str]) -> HttpListener | None:
+    """The listener `http.listeners` names; None when the list is empty (listener off)."""
+    entries = [v.strip() for v in values if v.strip()]
+    if not entries:
+        return None
+    match = _SPEC.fullmatch(entries[0])
+    if match is None or int(match.group(2)) > 65535:
+        raise HttpListenerError(
+            f"Invalid http.listeners entry {entries[0]!r}: expected http://HOST:PORT"
+        )
+    return HttpListener(match.group(1) or "0.0.0.0", int(match.group(2)))
+
+
+def bind(listener: HttpListener) -> socket.socket:
+    """Bind (not yet listen) the HTTP port, so a taken port stops the broker at start-up."""
+    where = f"http://{listener.host}:{listener.port}"
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            listener.host, listener.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise HttpListenerError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise HttpListenerError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
+    return sock
