@@ -20,6 +20,8 @@ class BrokerProcess:
         self.data_dir = data_dir
         self.overrides = dict(overrides or {})
         self.port = 0
+        #: The broker's ready line (with http.listeners set, it ends with the console's URL).
+        self.ready_line = ""
         self.proc: subprocess.Popen[str] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
@@ -53,6 +55,7 @@ class BrokerProcess:
             match = READY.search(line)
             if match:
                 self.port = int(match.group(2))
+                self.ready_line = line.strip()
                 return self
         self.kill()
         raise RuntimeError(f"broker did not start; see {self.log_path}:\n{self.log_tail()}")

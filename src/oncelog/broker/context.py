@@ -45,6 +45,11 @@ class BrokerContext:
     #: The ACL authorizer (authorizer.class.name set), else None: everything is allowed.
     authorizer: Authorizer | None = None
 
+    def __post_init__(self) -> None:
+        """The metrics watch these services from the start (their scraped state, and the
+        appends and fsyncs the replica manager reports)."""
+        self.metrics.attach(self)
+
 
 @dataclass(frozen=True, slots=True)
 class RequestContext:

@@ -96,6 +96,13 @@ class ReplicaManager:
         self.isr_change_listener: Callable[[Partition, frozenset[int]], None] = (
             lambda _p, _isr: None
         )
+        #: Told (topic, bytes, records) of each append that wrote (duplicates do not), for
+        #: the broker's metrics; records are counted from the batch headers.
+        self.appended: Callable[[str, int, int], None] = lambda _topic, _bytes, _records: None
+        #: ISR changes committed for partitions led here (Kafka's IsrShrinksPerSec and
+        #: IsrExpandsPerSec), read by the metrics.
+        self.isr_shrinks = 0
+        self.isr_expands = 0
 
     def startup(self) -> None:
         self.logs.startup(self._log_config)
@@ -266,6 +273,8 @@ class ReplicaManager:
         except OSError as exc:
             log.error("%s: append failed: %s", tp, exc)
             raise KafkaStorageError(f"{tp}: {exc}") from exc
+        if not info.duplicate:
+            self.appended(tp.topic, len(records), validated.record_count)
         if self.clustered:
             # An ISR of the leader alone commits at once.
             self.replicas_by_tp[tp].maybe_advance_high_watermark()
@@ -430,9 +439,13 @@ class ReplicaManager:
                 self.config.node_id, tp, self.partition(tp)
             )
             replica.log.enable_replication()
+        led_isr = set(replica.view.isr) if replica.view and replica.role == Role.LEADER else None
         change = replica.apply_state(
             view, self.config.get_int("replica.lag.time.max.ms"), self.clock.monotonic_ms()
         )
+        if change == Change.ISR_CHANGED and led_isr is not None and replica.role == Role.LEADER:
+            self.isr_shrinks += bool(led_isr - set(view.isr))
+            self.isr_expands += bool(set(view.isr) - led_isr)
         moved = change in (Change.BECAME_LEADER, Change.ISR_CHANGED)
         if moved and replica.maybe_advance_high_watermark():
             self.notify_appended([tp])

@@ -142,6 +142,9 @@ class BrokerServer:
         )
         # A single node keeps its ACLs in the metadata image; a cluster's come from etcd.
         context.authorizer = load_authorizer(context, from_image=self.cluster is None)
+        context.metrics.count_connections(lambda: len(self.connections))
+        if self.cluster is not None:
+            context.metrics.controller = self.cluster.controller
         if self.cluster is not None:
             # Joined before serving: a client never sees a broker with an empty cluster view,
             # and peers find it once it listens.

@@ -218,7 +218,7 @@ def _append_partition(
         entry.update(error_code=exc.code, error_message=str(exc) or None)
         return None
     if info.duplicate:
-        ctx.broker.metrics.duplicate_batches += 1
+        ctx.broker.metrics.record_duplicate(tp.topic)
     entry.update(
         base_offset=info.base_offset,
         log_append_time=info.log_append_time,

@@ -5,7 +5,7 @@
 const PAGES = {};
 const REFRESH_MS = 5000;
 const METRICS_POLL_MS = 1000;
-const HISTORY = 120;
+const HISTORY = 60;
 let timer = null;
 let whoami = { user: null, may_abort: false };
 
@@ -315,6 +315,7 @@ PAGES.groups = async () => {
       )
     );
     if (g.members.length) {
+      parts.push(el("h3", {}, "Members"));
       parts.push(
         table(
           "members-" + g.group_id,
