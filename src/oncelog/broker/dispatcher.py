@@ -59,6 +59,7 @@ from oncelog.broker.handlers import (
 )
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed
+from oncelog.errors import ErrorCode
 from oncelog.protocol.codec import (
     Buffer,
     DecodeError,
@@ -152,7 +153,18 @@ class Dispatcher:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
-    def dispatch(self, frame: bytes, connection_id: str, client_host: str = "") -> Outcome:
+    def dispatch(
+        self,
+        frame: bytes,
+        connection_id: str,
+        client_host: str = "",
+        *,
+        received: float | None = None,
+    ) -> Outcome:
+        """`received`: when the frame arrived, on `now()`'s timer (else: now), for the
+        request latency metric."""
+        metrics = self.broker.metrics
+        started = metrics.now() if received is None else received
         try:
             api_key, version, correlation_id = peek_ids(frame)
         except HeaderError as exc:
@@ -164,6 +176,8 @@ class Dispatcher:
                 body = build(
                     response_class(api_key, 0), api_versions.unsupported_version_response()
                 )
+                metrics.record_error(api_key, ErrorCode.unsupported_version)
+                metrics.record_request(api_key, started)
                 return Reply(encode_response(api_key, correlation_id, body))
             return Close(f"unsupported version {version} of api key {api_key}")
         try:
@@ -185,18 +199,23 @@ class Dispatcher:
         try:
             answer = HANDLERS[ApiKey(api_key)](ctx, request)
         except CloseConnection as exc:
+            metrics.record_request(api_key, started)
             return Close(str(exc))
         except Exception:
             log.exception("handler for api key %d v%d failed", api_key, version)
             return Close("internal error")
         if answer is NO_RESPONSE:
+            metrics.record_request(api_key, started)
             return NoReply()
-        finish = _finisher(api_key, version, correlation_id, self.broker.metrics)
+        follower = api_key == ApiKey.FETCH and request.replica_id >= 0
+        finish = _finisher(api_key, version, correlation_id, metrics, started, follower)
         if replicas.coordinator_writes and not isinstance(answer, Delayed):
             answer = self._after_replication(answer, list(replicas.coordinator_writes))
             if isinstance(answer, CloseConnection):
+                metrics.record_request(api_key, started)
                 return Close(str(answer))
         if isinstance(answer, Delayed):
+            _count_closes(answer, api_key, started, metrics)
             return Pending(answer, finish)
         return Reply(finish(answer))
 
@@ -228,13 +247,37 @@ class Dispatcher:
 
 
 def _finisher(
-    api_key: int, version: int, correlation_id: int, metrics: BrokerMetrics
+    api_key: int,
+    version: int,
+    correlation_id: int,
+    metrics: BrokerMetrics,
+    started: float,
+    follower: bool,
 ) -> Callable[[Any], list[Buffer]]:
     cls = response_class(api_key, version)
 
     def finish(answer: Any) -> list[Buffer]:
+        framed = encode_response(api_key, correlation_id, build(cls, answer))
         if isinstance(answer, Mapping):
-            metrics.record_response(api_key, answer)
-        return encode_response(api_key, correlation_id, build(cls, answer))
+            metrics.record_response(api_key, answer, started, follower=follower)
+        else:
+            metrics.record_request(api_key, started)
+        return framed
 
     return finish
+
+
+def _count_closes(
+    delayed: Delayed, api_key: int, started: float, metrics: BrokerMetrics
+) -> None:
+    """A waiting request that ends by closing the connection is never framed: count it
+    (and its latency) when its wait ends so."""
+    attempt = delayed.try_complete
+
+    def try_complete(force: bool) -> Any:
+        response = attempt(force)
+        if isinstance(response, CloseConnection):
+            metrics.record_request(api_key, started)
+        return response
+
+    delayed.try_complete = try_complete

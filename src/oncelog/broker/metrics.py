@@ -1,42 +1,230 @@
-"""Broker counters kept in memory, for the metrics endpoint to expose.
+"""The broker's Prometheus metrics: one `CollectorRegistry` per broker, never the global one.
+
+Two kinds, as in Kafka:
+
+- Events counted where they happen (the dispatcher and the replica manager): requests and
+  errors per API and error code, request latency, bytes and messages in and out per topic,
+  duplicates of idempotent batches, log fsync time. Per request or per partition and
+  request, never per record: message counts come from the batch headers.
+- State read when the page is scraped (`metrics_collector.BrokerStateCollector`): offsets
+  and sizes of every partition, open transactions, producer state, consumer groups and their
+  lag, the cluster's replication health. Nothing is kept up to date on the hot path for them.
 
 `errors` counts every error code a response carried, per API and code, as Kafka's
 RequestMetrics ErrorsPerSec does (a response with three failed partitions counts three).
 Duplicates of idempotent batches are answered as successes and counted apart.
+The HTTP listener renders `registry` with `prometheus_client.generate_latest`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from oncelog.errors import ErrorCode
+from oncelog.protocol.registry import ApiKey
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics import Counter as _Counter
+    from prometheus_client.metrics import Histogram as _Histogram
+
+    from oncelog.broker.context import BrokerContext
+    from oncelog.metadata.controller import Controller
+
+#: Request latency buckets, seconds: sub-millisecond answers up to long polls and timeouts.
+REQUEST_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+#: fsync latency buckets, seconds.
+FLUSH_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+)
 
 
-@dataclass
+def api_name(api_key: int) -> str:
+    """Kafka's name of an API (`Produce`, `AddPartitionsToTxn`), the number if unknown."""
+    try:
+        name = ApiKey(api_key).name
+    except ValueError:
+        return str(api_key)
+    return "".join(part.capitalize() for part in name.split("_"))
+
+
+def error_label(code: int) -> str:
+    """Kafka's name of an error code (`OUT_OF_ORDER_SEQUENCE_NUMBER`)."""
+    try:
+        return ErrorCode(code).name.upper()
+    except ValueError:
+        return f"UNKNOWN_ERROR_CODE_{code}"
+
+
 class BrokerMetrics:
-    requests: Counter[int] = field(default_factory=Counter)
-    errors: Counter[tuple[int, ErrorCode]] = field(default_factory=Counter)
-    duplicate_batches: int = 0
+    def __init__(self, now: Callable[[], float] = time.perf_counter) -> None:
+        #: The timer request latency is measured with (seconds); tests may replace it.
+        self.now = now
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self._requests = Counter(
+            "oncelog_requests", "Requests handled, per API.", ["api"], registry=r
+        )
+        self._errors = Counter(
+            "oncelog_request_errors",
+            "Error codes in responses, per API and Kafka error name (each failed partition "
+            "counts once).",
+            ["api", "error"],
+            registry=r,
+        )
+        self._duration = Histogram(
+            "oncelog_request_duration_seconds",
+            "Time from a request's arrival to its response being framed, purgatory waits "
+            "included.",
+            ["api"],
+            buckets=REQUEST_BUCKETS,
+            registry=r,
+        )
+        self._duplicates = Counter(
+            "oncelog_duplicate_batches",
+            "Retried idempotent batches recognised as duplicates (answered as success, not "
+            "written again).",
+            ["topic"],
+            registry=r,
+        )
+        self._bytes_in = Counter(
+            "oncelog_bytes_in", "Bytes appended to the log, per topic.", ["topic"], registry=r
+        )
+        self._messages_in = Counter(
+            "oncelog_messages_in",
+            "Records appended to the log, per topic (from the batch headers).",
+            ["topic"],
+            registry=r,
+        )
+        self._bytes_out = Counter(
+            "oncelog_bytes_out",
+            "Record bytes sent in Fetch responses to consumers, per topic.",
+            ["topic"],
+            registry=r,
+        )
+        self._replication_bytes_out = Counter(
+            "oncelog_replication_bytes_out",
+            "Record bytes sent in Fetch responses to follower brokers, per topic.",
+            ["topic"],
+            registry=r,
+        )
+        self._flush = Histogram(
+            "oncelog_log_flush_duration_seconds",
+            "Time one fsync of a log segment (with its indexes) took.",
+            buckets=FLUSH_BUCKETS,
+            registry=r,
+        )
+        self._connections = Gauge(
+            "oncelog_open_connections", "Open client and broker connections.", registry=r
+        )
+        self._connections.set_function(lambda: 0)
+        #: Set by the server in a cluster: the controller state machine of this broker.
+        self.controller: Controller | None = None
+        self._per_api: dict[int, tuple[_Counter, _Histogram, str]] = {}
+        self._attached = False
 
-    def record_response(self, api_key: int, answer: Mapping[str, Any]) -> None:
-        self.requests[api_key] += 1
+    # -- wiring --------------------------------------------------------------------------------
+
+    def attach(self, broker: BrokerContext) -> None:
+        """Watch `broker`: the replica manager reports appends and fsyncs here, and the
+        scraped state is read from its services."""
+        if self._attached:
+            return
+        self._attached = True
+        from oncelog.broker.metrics_collector import BrokerStateCollector
+
+        broker.replicas.appended = self.record_append
+        broker.replicas.logs.flush_hook = self.time_flush
+        self.registry.register(BrokerStateCollector(broker, self))
+
+    def count_connections(self, count: Callable[[], int]) -> None:
+        """The server's count of open connections, read at scrape time."""
+        self._connections.set_function(lambda: float(count()))
+
+    # -- events ----------------------------------------------------------------------------------
+
+    def _api(self, api_key: int) -> tuple[_Counter, _Histogram, str]:
+        cached = self._per_api.get(api_key)
+        if cached is None:
+            name = api_name(api_key)
+            cached = (self._requests.labels(name), self._duration.labels(name), name)
+            self._per_api[api_key] = cached
+        return cached
+
+    def record_request(self, api_key: int, started: float | None) -> None:
+        """One request answered (or closed, or acks=0); `started`: its arrival (`now`)."""
+        requests, duration, _ = self._api(api_key)
+        requests.inc()
+        if started is not None:
+            duration.observe(max(0.0, self.now() - started))
+
+    def record_response(
+        self,
+        api_key: int,
+        answer: Mapping[str, Any],
+        started: float | None = None,
+        *,
+        follower: bool = False,
+    ) -> None:
+        """A response about to be framed: the request, its latency, its error codes, and a
+        Fetch's bytes out per topic (`follower`: a replica's fetch)."""
+        self.record_request(api_key, started)
+        name = self._api(api_key)[2]
         for code in _error_codes(answer):
-            self.errors[(api_key, code)] += 1
+            self._errors.labels(name, error_label(code)).inc()
+        if api_key == ApiKey.FETCH:
+            counter = self._replication_bytes_out if follower else self._bytes_out
+            for topic in answer.get("responses") or ():
+                size = sum(len(p.get("records") or b"") for p in topic.get("partitions") or ())
+                if size:
+                    counter.labels(topic.get("topic") or "").inc(size)
+
+    def record_error(self, api_key: int, code: int) -> None:
+        self._errors.labels(api_name(api_key), error_label(code)).inc()
+
+    def record_duplicate(self, topic: str) -> None:
+        self._duplicates.labels(topic).inc()
+
+    def record_append(self, topic: str, size: int, records: int) -> None:
+        self._bytes_in.labels(topic).inc(size)
+        self._messages_in.labels(topic).inc(records)
+
+    def time_flush(self, flush: Callable[[], None]) -> None:
+        """Run one segment fsync for storage and time it (storage reads no clock itself)."""
+        started = time.perf_counter()
+        flush()
+        self._flush.observe(time.perf_counter() - started)
+
+    @property
+    def duplicate_batches(self) -> int:
+        """Duplicates over every topic."""
+        return int(sum(s.value for s in _samples(self._duplicates, "_total")))
 
 
-def _error_codes(answer: Mapping[str, Any]) -> list[ErrorCode]:
+def _samples(metric: Any, suffix: str) -> list[Any]:
+    return [
+        sample
+        for family in metric.collect()
+        for sample in family.samples
+        if sample.name.endswith(suffix)
+    ]
+
+
+def _error_codes(answer: Mapping[str, Any]) -> list[int]:
     """Every non-zero error_code in a response mapping, nested lists included."""
-    found: list[ErrorCode] = []
+    found: list[int] = []
     stack: list[Mapping[str, Any]] = [answer]
     while stack:
         node = stack.pop()
         for key, value in node.items():
             if key == "error_code":
                 if value:
-                    found.append(ErrorCode(value))
+                    found.append(int(value))
             elif isinstance(value, list) and value and isinstance(value[0], Mapping):
                 stack.extend(value)
     return found

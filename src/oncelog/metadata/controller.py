@@ -302,6 +302,9 @@ class Controller:
         self._topics: dict[str, TopicAssignment] = {}
         self._partitions: dict[TopicPartition, VersionedState] = {}
         self._next_rebalance_ms: int | None = None
+        #: Leader changes seen while active (Kafka's LeaderElectionRateAndTimeMs count):
+        #: a partition state with a live leader under a higher leader epoch.
+        self.leader_elections = 0
 
     # -- the view ---------------------------------------------------------------------------
 
@@ -323,6 +326,14 @@ class Controller:
     @property
     def active(self) -> bool:
         return self.role is ControllerRole.ACTIVE
+
+    def offline_partition_count(self) -> int:
+        """Partitions of known topics whose state has no leader (OfflinePartitionsCount)."""
+        return sum(
+            1
+            for tp, known in self._partitions.items()
+            if tp.topic in self._topics and known.state is not None and not known.state.has_leader
+        )
 
     # -- events -----------------------------------------------------------------------------
 
@@ -373,6 +384,15 @@ class Controller:
         if state is None:
             self._partitions.pop(tp, None)
         else:
+            old = self._partitions.get(tp)
+            if (
+                self.active
+                and state.has_leader
+                and old is not None
+                and old.state is not None
+                and state.leader_epoch > old.state.leader_epoch
+            ):
+                self.leader_elections += 1
             self._partitions[tp] = VersionedState(state, mod_revision)
         return self._plan_all([tp], "partition changed", (self.live_brokers,))
 

@@ -1,0 +1,218 @@
+"""An in-process broker for the metrics tests: the real replica manager, coordinators and
+dispatcher on a temporary directory and a manual clock, driven with request frames, and
+its metrics page parsed back with prometheus-client's own parser."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from kio.serial import entity_reader
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from oncelog.broker.context import BrokerContext, Node
+from oncelog.broker.dispatcher import Dispatcher, Outcome, Pending, Reply
+from oncelog.broker.group_runtime import GroupRuntime
+from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
+from oncelog.broker.txn_runtime import TxnRuntime
+from oncelog.clock import ManualClock
+from oncelog.config import BrokerConfig
+from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
+from oncelog.protocol.records.batch import build_batch
+from oncelog.protocol.records.record import encode_record
+from oncelog.protocol.registry import ApiKey
+
+PRODUCE_V = 9
+FETCH_V = 12
+
+
+class Timer:
+    """The metrics' latency timer, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Broker:
+    def __init__(self, root: Path, **overrides: str) -> None:
+        self.clock = ManualClock()
+        self.timer = Timer()
+        self.config = BrokerConfig({"log.dirs": str(root), **overrides})
+        self.replicas = ReplicaManager(self.config, self.clock)
+        self.replicas.startup()
+        self.groups = GroupRuntime(self.config, self.clock, self.replicas)
+        self.txns = TxnRuntime(self.config, self.clock, self.replicas)
+        self.replicas.txn_verifier = self.txns.verify
+        self.txns.on_offsets_marker = self.groups.on_marker
+        self.groups.startup()
+        self.txns.startup()
+        self.context = BrokerContext(
+            self.config,
+            self.clock,
+            self.replicas,
+            Node(1, "127.0.0.1", 9092),
+            self.groups,
+            self.txns,
+            metrics=BrokerMetrics(now=self.timer),
+        )
+        self.metrics = self.context.metrics
+        self.dispatcher = Dispatcher(self.context)
+        self._correlation = 0
+
+    def close(self) -> None:
+        self.replicas.shutdown()
+
+    def create_topic(self, name: str, partitions: int = 1) -> None:
+        self.replicas.create_topic(TopicSpec(name, partitions, 1, {}))
+
+    # -- requests ------------------------------------------------------------------------------
+
+    def dispatch(
+        self, api_key: int, version: int, body: Mapping[str, Any], received: float | None = None
+    ) -> tuple[Outcome, int]:
+        self._correlation += 1
+        client = b"metrics-test"
+        header = struct.pack(">hhih", api_key, version, self._correlation, len(client)) + client
+        if is_flexible(api_key, version):
+            header += b"\x00"
+        frame = header + encode_entity(build(request_class(api_key, version), body))
+        return self.dispatcher.dispatch(frame, "conn-1", received=received), version
+
+    def decode(self, api_key: int, version: int, parts: list[Any]) -> Any:
+        frame = b"".join(bytes(p) for p in parts)[4:]  # without the length prefix
+        flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
+        entity, _ = entity_reader(response_class(api_key, version))(frame, 4 + flexible)
+        return entity
+
+    def call(
+        self, api_key: int, version: int, body: Mapping[str, Any], received: float | None = None
+    ) -> Any:
+        outcome, _ = self.dispatch(api_key, version, body, received)
+        assert isinstance(outcome, Reply), outcome
+        return self.decode(api_key, version, outcome.data)
+
+    def finish(self, api_key: int, version: int, pending: Pending) -> Any:
+        """Complete a waiting request now (its deadline passed) and decode its answer."""
+        response = pending.delayed.try_complete(True)
+        return self.decode(api_key, version, pending.finish(response))
+
+    def init_producer(self, transactional_id: str | None = None) -> tuple[int, int]:
+        answer = self.call(
+            ApiKey.INIT_PRODUCER_ID,
+            4,
+            {
+                "transactional_id": transactional_id,
+                "transaction_timeout": timedelta(seconds=60),
+                "producer_id": -1,
+                "producer_epoch": -1,
+            },
+        )
+        assert answer.error_code == 0, answer
+        return int(answer.producer_id), int(answer.producer_epoch)
+
+    def produce(
+        self,
+        topic: str,
+        partition: int,
+        records: bytes,
+        *,
+        acks: int = -1,
+        transactional_id: str | None = None,
+        received: float | None = None,
+    ) -> Any:
+        answer = self.call(
+            ApiKey.PRODUCE,
+            PRODUCE_V,
+            {
+                "transactional_id": transactional_id,
+                "acks": acks,
+                "timeout": timedelta(seconds=5),
+                "topic_data": [
+                    {"name": topic, "partition_data": [{"index": partition, "records": records}]}
+                ],
+            },
+            received,
+        )
+        return answer.responses[0].partition_responses[0]
+
+    def fetch_body(
+        self, topic: str, offset: int, *, max_wait_ms: int = 0, isolation: int = 0
+    ) -> dict[str, Any]:
+        return {
+            "cluster_id": None,
+            "replica_id": -1,
+            "max_wait": timedelta(milliseconds=max_wait_ms),
+            "min_bytes": 1,
+            "max_bytes": 1 << 20,
+            "isolation_level": isolation,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {
+                            "partition": 0,
+                            "current_leader_epoch": -1,
+                            "fetch_offset": offset,
+                            "last_fetched_epoch": -1,
+                            "log_start_offset": -1,
+                            "partition_max_bytes": 1 << 20,
+                        }
+                    ],
+                }
+            ],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        }
+
+    # -- the page ------------------------------------------------------------------------------
+
+    def page(self) -> str:
+        return generate_latest(self.metrics.registry).decode()
+
+    def samples(self) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+        """Every sample of the page, by (name, labels)."""
+        out: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        for family in text_string_to_metric_families(self.page()):
+            for s in family.samples:
+                out[(s.name, frozenset(s.labels.items()))] = s.value
+        return out
+
+    def value(self, name: str, **labels: str) -> float | None:
+        return self.samples().get((name, frozenset(labels.items())))
+
+
+def batch(
+    values: list[bytes],
+    *,
+    producer_id: int = -1,
+    epoch: int = -1,
+    sequence: int = -1,
+    transactional: bool = False,
+    timestamp: int = 1_700_000_000_000,
+) -> bytes:
+    body = b"".join(
+        encode_record(offset_delta=i, timestamp_delta=0, key=None, value=v)
+        for i, v in enumerate(values)
+    )
+    return build_batch(
+        base_offset=0,
+        records=body,
+        record_count=len(values),
+        last_offset_delta=len(values) - 1,
+        base_timestamp=timestamp,
+        max_timestamp=timestamp,
+        attributes=0x10 if transactional else 0,
+        producer_id=producer_id,
+        producer_epoch=epoch,
+        base_sequence=sequence,
+    )
