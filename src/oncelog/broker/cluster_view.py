@@ -6,7 +6,7 @@ through `ClusterOps`, whose answer arrives later (`PendingOp`, completed by the 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -75,6 +75,21 @@ class ClusterOps(Protocol):
     ) -> tuple[dict[TopicPartition, KafkaError | None], PendingOp] | None:
         """ElectLeaders on the active controller (None elsewhere): each partition's outcome
         (final once the op is done) and the op. `partitions=None`: all of them."""
+        ...
+
+
+    def alter_topic_configs(
+        self, name: str, change: Callable[[Mapping[str, str]], dict[str, str]]
+    ) -> PendingOp:
+        """Rewrite a topic's overrides to `change(current)` in etcd (CAS, recomputed when
+        another change wins; `change` raises the KafkaError to answer)."""
+        ...
+
+    def alter_broker_configs(
+        self, entity: str, change: Callable[[Mapping[str, str]], dict[str, str]]
+    ) -> PendingOp:
+        """Set the dynamic broker configs of `entity` ("" the cluster default, else a broker
+        id) to `change(current)` in etcd."""
         ...
 
     def write_acls(

@@ -16,12 +16,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from oncelog.broker.context import BrokerContext, RequestContext
+from oncelog.broker.context import ANONYMOUS, BrokerContext, RequestContext
 from oncelog.broker.handlers import (
     NO_RESPONSE,
     CloseConnection,
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_configs,
     api_versions,
     create_acls,
     create_partitions,
@@ -42,6 +43,7 @@ from oncelog.broker.handlers import (
     fetch,
     find_coordinator,
     heartbeat,
+    incremental_alter_configs,
     init_producer_id,
     join_group,
     leave_group,
@@ -50,9 +52,12 @@ from oncelog.broker.handlers import (
     list_transactions,
     metadata,
     offset_commit,
+    offset_delete,
     offset_fetch,
     offset_for_leader_epoch,
     produce,
+    sasl_authenticate,
+    sasl_handshake,
     sync_group,
     txn_offset_commit,
     write_txn_markers,
@@ -112,6 +117,11 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.CREATE_PARTITIONS: create_partitions.handle,
     ApiKey.ELECT_LEADERS: elect_leaders.handle,
     ApiKey.DESCRIBE_CLUSTER: describe_cluster.handle,
+    ApiKey.SASL_HANDSHAKE: sasl_handshake.handle,
+    ApiKey.SASL_AUTHENTICATE: sasl_authenticate.handle,
+    ApiKey.ALTER_CONFIGS: alter_configs.handle,
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: incremental_alter_configs.handle,
+    ApiKey.OFFSET_DELETE: offset_delete.handle,
     ApiKey.DESCRIBE_ACLS: describe_acls.handle,
     ApiKey.CREATE_ACLS: create_acls.handle,
     ApiKey.DELETE_ACLS: delete_acls.handle,
@@ -158,10 +168,13 @@ class Dispatcher:
         frame: bytes,
         connection_id: str,
         client_host: str = "",
+        principal: str = ANONYMOUS,
+        listener_name: str = "",
         *,
         received: float | None = None,
     ) -> Outcome:
-        """`received`: when the frame arrived, on `now()`'s timer (else: now), for the
+        """`principal` and `listener_name` are the connection's (oncelog.server.connection);
+        `received`: when the frame arrived, on `now()`'s timer (else: now), for the
         request latency metric."""
         metrics = self.broker.metrics
         started = metrics.now() if received is None else received
@@ -193,6 +206,8 @@ class Dispatcher:
             connection_id,
             self.broker,
             client_host,
+            principal,
+            listener_name,
         )
         replicas = self.broker.replicas
         replicas.coordinator_writes.clear()  # timers' writes are nobody's to wait for

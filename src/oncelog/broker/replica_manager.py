@@ -81,6 +81,13 @@ class ReplicaManager:
         )
         self.cleaner = LogCleaner(CleanerSettings.from_config(config), clock)
         self._log_configs: dict[str, LogConfig] = {}
+        #: Dynamic broker configs in force ("" the cluster default, str(node id) this
+        #: broker's own), over the static `config`; kept in the metadata image on a single
+        #: node, in etcd in a cluster.
+        self.dynamic_configs: dict[str, dict[str, str]] = (
+            {} if self.clustered else dict(self.metadata.broker_configs)
+        )
+        self._effective: BrokerConfig | None = None
         #: Set by the transaction runtime (KIP-890 verification); none: no transactions.
         self.txn_verifier: Callable[[int, int, TopicPartition], ErrorCode] = _no_transactions
         #: Set by the transaction runtime: does this broker coordinate producer id X?
@@ -127,10 +134,59 @@ class ReplicaManager:
         image = self.metadata.topics.get(topic)
         if image is None:
             return None
-        merged = {**self.config.topic_defaults(), **image.configs}
+        merged = {**self.topic_defaults(), **image.configs}
         config = LogConfig.from_topic_configs(merged)
         self._log_configs[topic] = config
         return config
+
+    # -- dynamic configs -----------------------------------------------------------------------
+
+    def effective_config(self) -> BrokerConfig:
+        """The static config with the dynamic broker configs over it (default, then own)."""
+        if self._effective is None:
+            own = self.dynamic_configs.get(str(self.config.node_id), {})
+            default = self.dynamic_configs.get("", {})
+            raw = {**self.config.raw, **default, **own}
+            self._effective = self.config if raw == dict(self.config.raw) else BrokerConfig(raw)
+        return self._effective
+
+    def topic_defaults(self) -> dict[str, str]:
+        """The topic defaults in force (static and dynamic broker configs)."""
+        return self.effective_config().topic_defaults()
+
+    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """New dynamic configs of `entity` ("" the default, else a broker id): kept in the
+        image and applied to every partition log at once."""
+        if self.dynamic_configs.get(entity, {}) == dict(configs):
+            return
+        if configs:
+            self.dynamic_configs[entity] = dict(configs)
+        else:
+            self.dynamic_configs.pop(entity, None)
+        if not self.clustered:
+            self.metadata.set_broker_configs(entity, configs)
+        self._effective = None
+        self._log_configs.clear()
+        self._reapply_log_configs(None)
+        log.info("dynamic broker configs of %r: %s", entity or "<default>", dict(configs))
+
+    def alter_topic_configs(self, name: str, configs: Mapping[str, str]) -> None:
+        """A single node's AlterConfigs: the topic's new overrides, persisted in the image
+        and applied to its partition logs (from their next append, roll or cleaning)."""
+        topic = self.metadata.topics.get(name)
+        if topic is None:
+            raise UnknownTopicOrPartition(f"Topic {name} does not exist")
+        self.metadata.add_topic(replace(topic, configs=dict(configs)))
+        self._log_configs.pop(name, None)
+        self._reapply_log_configs(name)
+        log.info("%s: configs set to %s", name, dict(configs))
+
+    def _reapply_log_configs(self, topic: str | None) -> None:
+        for tp, plog in self.logs.partitions():
+            if topic is None or tp.topic == topic:
+                config = self._log_config(tp.topic)
+                if config is not None:
+                    plog.config = config
 
     # -- topics ------------------------------------------------------------------------------
 

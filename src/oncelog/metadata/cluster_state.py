@@ -27,6 +27,7 @@ CONTROLLER_KEY = "controller"
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _INT = re.compile(r"0|[1-9][0-9]*")
 _ACL_ID = re.compile(r"[0-9a-f]{32}")
+_CONFIG_ENTITY = re.compile(r"default|0|[1-9][0-9]*")
 
 T = TypeVar("T")
 
@@ -94,11 +95,28 @@ class BrokerRegistration:
     host: str
     port: int
     rack: str | None = None
+    #: Every listener's (name, host, port); host/port is the inter-broker listener's. Absent
+    #: in registrations of older brokers, which had one listener.
+    endpoints: tuple[tuple[str, str, int], ...] = ()
 
     def to_bytes(self) -> bytes:
-        return dump_object(
-            {"node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack}
-        )
+        obj: dict[str, Any] = {
+            "node_id": self.node_id, "host": self.host, "port": self.port, "rack": self.rack
+        }
+        if self.endpoints:
+            obj["endpoints"] = [
+                {"name": name, "host": host, "port": port} for name, host, port in self.endpoints
+            ]
+        return dump_object(obj)
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        """Its endpoint on `listener` (see oncelog.broker.context.listener_endpoint)."""
+        if not self.endpoints or not listener:
+            return self.host, self.port
+        for name, host, port in self.endpoints:
+            if name == listener:
+                return host, port
+        return None
 
     @classmethod
     def from_bytes(cls, data: bytes) -> BrokerRegistration:
@@ -107,11 +125,26 @@ class BrokerRegistration:
         rack = obj.get("rack")
         if rack is not None and not isinstance(rack, str):
             raise ClusterStateError(f"{what}: 'rack' is not a str: {rack!r}")
+        endpoints = []
+        raw_endpoints = obj.get("endpoints", [])
+        if not isinstance(raw_endpoints, list):
+            raise ClusterStateError(f"{what}: 'endpoints' is not a list: {raw_endpoints!r}")
+        for item in raw_endpoints:
+            if not isinstance(item, dict):
+                raise ClusterStateError(f"{what}: endpoint is not an object: {item!r}")
+            endpoints.append(
+                (
+                    typed_field(item, "name", str, what),
+                    typed_field(item, "host", str, what),
+                    typed_field(item, "port", int, what),
+                )
+            )
         return cls(
             typed_field(obj, "node_id", int, what),
             typed_field(obj, "host", str, what),
             typed_field(obj, "port", int, what),
             rack,
+            tuple(endpoints),
         )
 
 
@@ -259,6 +292,7 @@ class KeyKind(Enum):
     PARTITION = "partitions"
     PRODUCER_IDS = "producer_ids"
     ACL = "acls"
+    BROKER_CONFIGS = "broker_configs"
 
 
 class ParsedKey(NamedTuple):
@@ -317,6 +351,23 @@ def key_for_acl(acl_id: str) -> str:
     return f"acls/{acl_id}"
 
 
+def key_for_broker_configs(entity: str) -> str:
+    """`broker_configs/<id>` or `broker_configs/default` (entity ""): dynamic broker configs."""
+    return f"broker_configs/{entity or 'default'}"
+
+
+def broker_configs_to_bytes(configs: Mapping[str, str]) -> bytes:
+    return dump_object({"configs": dict(configs)})
+
+
+def broker_configs_from_bytes(data: bytes) -> dict[str, str]:
+    what = "broker configs"
+    configs = typed_field(load_object(data, what), "configs", dict, what)
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
+        raise ClusterStateError(f"{what}: 'configs' is not a map of strings")
+    return dict(configs)
+
+
 def key_for_producer_ids() -> str:
     return PRODUCER_IDS_KEY
 
@@ -332,6 +383,7 @@ def parse_key(key: str | bytes) -> ParsedKey:
         "partitions": (2, (_TOPIC_NAME, _INT)),
         "producer_ids": (0, ()),
         "acls": (1, (_ACL_ID,)),
+        "broker_configs": (1, (_CONFIG_ENTITY,)),
     }
     shape = shapes.get(head)
     if shape is None or len(rest) != shape[0] or not _all_match(shape[1], rest):

@@ -35,6 +35,9 @@ class MetadataImage:
         self.topics = topics
         #: The ACL bindings as oncelog.security.acl stores them (AclBinding.to_json).
         self.acls: list[dict[str, Any]] = []
+        #: Dynamic broker configs (IncrementalAlterConfigs): "" the cluster default, else a
+        #: broker id, each mapping keys to values.
+        self.broker_configs: dict[str, dict[str, str]] = {}
 
     @classmethod
     def load_or_create(cls, log_dir: Path, node_id: int) -> MetadataImage:
@@ -54,6 +57,9 @@ class MetadataImage:
             }
             image = cls(path, str(data["cluster_id"]), topics)
             image.acls = list(data.get("acls", []))
+            image.broker_configs = {
+                str(k): dict(v) for k, v in data.get("broker_configs", {}).items()
+            }
         else:
             cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
             image = cls(path, cluster_id, {})
@@ -77,6 +83,7 @@ class MetadataImage:
                     for t in self.topics.values()
                 ],
                 "acls": self.acls,
+                "broker_configs": self.broker_configs,
             },
         )
 
@@ -87,6 +94,14 @@ class MetadataImage:
     def set_acls(self, acls: list[dict[str, Any]]) -> None:
         """Replace every ACL binding and write the image (CreateAcls, DeleteAcls)."""
         self.acls = acls
+        self.save()
+
+    def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
+        """Replace one entity's dynamic broker configs ("" the default) and write the image."""
+        if configs:
+            self.broker_configs[entity] = dict(configs)
+        else:
+            self.broker_configs.pop(entity, None)
         self.save()
 
     def remove_topic(self, name: str) -> TopicImage | None:

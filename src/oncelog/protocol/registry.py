@@ -39,10 +39,17 @@ class ApiKey(IntEnum):
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
     DESCRIBE_CLUSTER = 60
+    SASL_HANDSHAKE = 17
+    SASL_AUTHENTICATE = 36
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
     DELETE_GROUPS = 42
+    ALTER_CONFIGS = 33
+    INCREMENTAL_ALTER_CONFIGS = 44
+    OFFSET_DELETE = 47
     DESCRIBE_ACLS = 29
     CREATE_ACLS = 30
     DELETE_ACLS = 31
@@ -54,15 +61,16 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     # Classic consumer groups. OffsetCommit v0/v1 and OffsetFetch v0 are not in kio; OffsetFetch
-    # v8+ (batched groups) is not implemented.
+    # v8+ batches groups, v9 adds KIP-848's member epoch; v10 (topic ids) is not offered.
     ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 7),
+    ApiKey.OFFSET_FETCH: (1, 9),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),
     ApiKey.LEAVE_GROUP: (0, 5),
     ApiKey.SYNC_GROUP: (0, 5),
-    ApiKey.DESCRIBE_GROUPS: (0, 5),
+    # v6 (KIP-1043): GROUP_ID_NOT_FOUND for an unknown group.
+    ApiKey.DESCRIBE_GROUPS: (0, 6),
     ApiKey.LIST_GROUPS: (0, 5),
     ApiKey.API_VERSIONS: (0, 3),
     ApiKey.CREATE_TOPICS: (2, 7),
@@ -81,8 +89,11 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_TRANSACTIONS: (0, 1),
     ApiKey.OFFSET_FOR_LEADER_EPOCH: (2, 4),
     ApiKey.DESCRIBE_CONFIGS: (1, 4),
-    # v0 is not in kio (Kafka 4 dropped it too); v5 (KIP-1066 cordoned dirs) is not offered.
-    ApiKey.DESCRIBE_LOG_DIRS: (1, 4),
+    # v0 is not in kio (Kafka 4 dropped it too); v5 (KIP-1066) says no dir is cordoned.
+    ApiKey.DESCRIBE_LOG_DIRS: (1, 5),
+    ApiKey.ALTER_CONFIGS: (0, 2),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (0, 1),
+    ApiKey.OFFSET_DELETE: (0, 0),
     ApiKey.DELETE_GROUPS: (0, 2),
     ApiKey.CREATE_PARTITIONS: (0, 3),
     # v0 has no election type (preferred only); v1 adds it and the top-level error code.
@@ -90,6 +101,12 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     # v1 adds endpoint_type (brokers only; controllers: UNSUPPORTED_ENDPOINT_TYPE), v2
     # include_fenced_brokers (no broker is ever fenced).
     ApiKey.DESCRIBE_CLUSTER: (0, 2),
+    # Handled before authentication by oncelog.security.sasl; the handlers answer
+    # ILLEGAL_SASL_STATE afterwards. A v0 handshake is followed by raw tokens.
+    ApiKey.SASL_HANDSHAKE: (0, 1),
+    ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     # v0 is not in kio (no pattern type; Kafka 4 dropped it too).
     ApiKey.DESCRIBE_ACLS: (1, 3),
     ApiKey.CREATE_ACLS: (1, 3),

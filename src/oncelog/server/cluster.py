@@ -54,6 +54,7 @@ from oncelog.metadata.controller import (
 from oncelog.metadata.producer_id_blocks import next_block
 from oncelog.server.cluster_acls import ClusterAclOps
 from oncelog.server.cluster_admin import ClusterAdminOps
+from oncelog.server.cluster_configs import ClusterConfigOps
 from oncelog.server.etcd import (
     EtcdError,
     EtcdStore,
@@ -75,7 +76,7 @@ CLUSTER_ID_KEY = b"cluster_id"
 RETRY_S = 0.5
 
 
-class ClusterRuntime(ClusterAdminOps, ClusterAclOps):
+class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps):
     def __init__(
         self,
         config: BrokerConfig,
@@ -131,16 +132,13 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps):
     # -- 1. start ---------------------------------------------------------------------------
 
     async def start(self, node: Node) -> None:
-        wanted = self.config.get("inter.broker.listener.name")
-        if wanted and wanted != self.config.listener.name:
-            raise StartupError(
-                f"inter.broker.listener.name={wanted} names no listener of this broker "
-                f"(its one listener is {self.config.listener.name})"
-            )
         try:
             self.store = await EtcdStore.connect(self.target, timeout_s=self.session_s)
             await self._cluster_id()
-            self.registration = cs.BrokerRegistration(node.node_id, node.host, node.port)
+            # host/port: the inter-broker listener's, which peers connect to
+            self.registration = cs.BrokerRegistration(
+                node.node_id, node.host, node.port, endpoints=node.endpoints
+            )
             await self._register(wait_s=self.session_s * 2 + 5)
             items, revision = await self.store.get_prefix(b"")
         except EtcdError as exc:
@@ -285,6 +283,8 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps):
             return self._partition_event(key.topic, key.partition, event)
         if key.kind == cs.KeyKind.ACL:
             self._acl_event(key.parts[0], event.value if put else None)
+        if key.kind == cs.KeyKind.BROKER_CONFIGS:
+            self._broker_configs_event(key.parts[0], event.value if put else None)
         return []
 
     def _topic_event(self, name: str, event: WatchEvent) -> list[PartitionWrite]:

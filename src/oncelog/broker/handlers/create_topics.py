@@ -51,7 +51,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
             spec = _spec(ctx, topic)
             partitions, _ = replicas.validate_topic(spec)
             # Kafka's cross-key rules see the broker's defaults under the topic's overrides.
-            validate_topic_configs(spec.configs, ctx.broker.config.topic_defaults())
+            validate_topic_configs(spec.configs, ctx.broker.replicas.topic_defaults())
             if request.validate_only:
                 result.update(num_partitions=partitions, replication_factor=1)
             else:
@@ -119,7 +119,7 @@ def _handle_in_cluster(ctx: RequestContext, request: Any) -> dict[str, Any] | De
             validate_topic_name(topic.name)
             if topic.name in cluster.topics:
                 raise TopicAlreadyExists(f"Topic '{topic.name}' already exists.")
-            validate_topic_configs(configs, ctx.broker.config.topic_defaults())
+            validate_topic_configs(configs, ctx.broker.replicas.topic_defaults())
             assignment = _placement(ctx, topic)
             result.update(num_partitions=len(assignment), replication_factor=len(assignment[0]))
             if not request.validate_only:

@@ -4,7 +4,7 @@ answers it (`kafka-log-dirs.sh`, admin clients' describe_log_dirs).
 Kafka's semantics: topics null means every partition; unknown topics and partitions are
 simply absent; every log dir is listed, with its absolute path, even when empty. A leader's
 offset_lag is 0 and there are no future logs (no AlterReplicaLogDirs). v4 adds the volume's
-total and usable bytes.
+total and usable bytes, v5 (KIP-1066) whether a dir is cordoned, which no oncelog dir is.
 
 oncelog adds the log cleaner's state to each partition entry of the flexible versions (v2+)
 as tagged fields, which other clients skip (`oncelog.protocol.extensions`): tag 10000
@@ -52,6 +52,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 ],
                 "total_bytes": total,
                 "usable_bytes": usable,
+                "is_cordoned": False,
             }
         )
     return {"throttle_time": 0, "error_code": ErrorCode.none, "results": results}

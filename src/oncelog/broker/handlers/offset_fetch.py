@@ -1,68 +1,85 @@
-"""OffsetFetch (9), v1-v7: a group's committed offsets (-1 where nothing is committed).
+"""OffsetFetch (9), v1-v9: a group's committed offsets (-1 where nothing is committed).
 
-v2+ may ask for every partition the group has (topics null). With `require_stable` (v7) a
+v2+ may ask for every partition the group has (topics null). With `require_stable` (v7+) a
 partition whose transactional offsets still wait for their transaction's marker answers
 UNSTABLE_OFFSET_COMMIT (the client retries), so a consumer taking over from a transactional
 copier never starts from an offset that is about to change. Without it the last committed
-offset is returned. The batched multi-group form (v8+) is not offered.
+offset is returned. v8+ asks for several groups at once (each answered with its own error
+code); v9 adds the KIP-848 member id and epoch, which classic groups do not check (Kafka
+checks them only for consumer-protocol groups, which oncelog does not have).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
+
+#: The first version with the batched layout (groups[]).
+BATCHED_VERSION = 8
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    require_stable = bool(getattr(request, "require_stable", False))
+    if ctx.api_version >= BATCHED_VERSION:
+        groups = []
+        for group in request.groups:
+            error, topics = fetch_group(ctx, group.group_id, group.topics, require_stable)
+            groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
+        return {"throttle_time": 0, "groups": groups}
+    error, topics = fetch_group(ctx, request.group_id, request.topics, require_stable)
+    return {"throttle_time": 0, "error_code": error, "topics": topics}
+
+
+def fetch_group(
+    ctx: RequestContext, group_id: str, requested: Any, require_stable: bool
+) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    """One group's answer: its error code and its topics (in the version-neutral shape)."""
     coordinator = ctx.broker.groups.coordinator
     wanted = None
-    if request.topics is not None:
-        wanted = [TopicPartition(t.name, p) for t in request.topics for p in t.partition_indexes]
-    if not coordinator.owns(request.group_id):
-        return _not_coordinator(wanted or [])
-    found = coordinator.fetch_offsets(request.group_id, wanted)
-    unstable = set()
-    if getattr(request, "require_stable", False):
-        unstable = coordinator.unstable_partitions(request.group_id)
+    if requested is not None:
+        wanted = [TopicPartition(t.name, p) for t in requested for p in t.partition_indexes]
+    if not authz.group(ctx, Op.DESCRIBE, group_id):
+        failed = dict.fromkeys(wanted or [], ErrorCode.group_authorization_failed)
+        return ErrorCode.group_authorization_failed, _topics({tp: None for tp in failed}, failed)
+    # Kafka: partitions of topics the principal may not Describe are TOPIC_AUTHORIZATION_FAILED
+    # when named, left out when all the group's partitions are asked for.
+    readable = {tp.topic: authz.topic(ctx, Op.DESCRIBE, tp.topic) for tp in wanted or []}
+    refused = {
+        tp: ErrorCode.topic_authorization_failed for tp in wanted or [] if not readable[tp.topic]
+    }
+    if not coordinator.owns(group_id):
+        # Another broker coordinates the group (v1 has only per-partition error codes).
+        failed = dict.fromkeys(wanted or [], ErrorCode.not_coordinator)
+        return ErrorCode.not_coordinator, _topics({tp: None for tp in failed}, failed)
+    asked = None if wanted is None else [tp for tp in wanted if tp not in refused]
+    found = coordinator.fetch_offsets(group_id, asked) if asked != [] else {}
+    if wanted is None:
+        found = {tp: v for tp, v in found.items() if authz.topic(ctx, Op.DESCRIBE, tp.topic)}
+    unstable = coordinator.unstable_partitions(group_id) if require_stable else set()
+    codes = {tp: ErrorCode.unstable_offset_commit for tp in found if tp in unstable}
+    codes.update(refused)
+    answered = {tp: None if tp in unstable else v for tp, v in found.items()}
+    answered.update(dict.fromkeys(refused))
+    return ErrorCode.none, _topics(answered, codes)
+
+
+def _topics(
+    found: dict[TopicPartition, Any], codes: dict[TopicPartition, ErrorCode]
+) -> list[dict[str, Any]]:
     topics: dict[str, list[dict[str, Any]]] = {}
-    for tp, stored in found.items():
-        value = None if tp in unstable else stored
+    for tp, value in found.items():
         topics.setdefault(tp.topic, []).append(
             {
                 "partition_index": tp.partition,
                 "committed_offset": value.offset if value else -1,
                 "committed_leader_epoch": value.leader_epoch if value else -1,
                 "metadata": value.metadata if value else "",
-                "error_code": (
-                    ErrorCode.unstable_offset_commit if tp in unstable else ErrorCode.none
-                ),
+                "error_code": codes.get(tp, ErrorCode.none),
             }
         )
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.none,
-        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
-    }
-
-
-def _not_coordinator(wanted: list[TopicPartition]) -> dict[str, Any]:
-    """Another broker coordinates the group (v1 has only per-partition error codes)."""
-    topics: dict[str, list[dict[str, Any]]] = {}
-    for tp in wanted:
-        topics.setdefault(tp.topic, []).append(
-            {
-                "partition_index": tp.partition,
-                "committed_offset": -1,
-                "committed_leader_epoch": -1,
-                "metadata": "",
-                "error_code": ErrorCode.not_coordinator,
-            }
-        )
-    return {
-        "throttle_time": 0,
-        "error_code": ErrorCode.not_coordinator,
-        "topics": [{"name": name, "partitions": parts} for name, parts in topics.items()],
-    }
+    return [{"name": name, "partitions": parts} for name, parts in topics.items()]

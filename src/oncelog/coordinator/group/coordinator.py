@@ -22,6 +22,7 @@ Theory of operation (sans-IO, event-sourced, clock injected):
 
 from __future__ import annotations
 
+import contextlib
 import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -39,6 +40,11 @@ from oncelog.coordinator.group.records import (
     partition_for,
 )
 from oncelog.coordinator.group.state import GroupState
+from oncelog.coordinator.group.subscription import (
+    CONSUMER_PROTOCOL_TYPE,
+    SubscriptionError,
+    subscribed_topics,
+)
 from oncelog.errors import ErrorCode
 from oncelog.types import TopicPartition
 
@@ -650,6 +656,62 @@ class GroupCoordinator:
             return {**codes, **dict.fromkeys(ok, code)}
 
         return Result(codes, records, fail)
+
+    def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[ErrorCode, Result]:
+        """OffsetDelete (KIP-496): tombstones for the partitions' committed offsets.
+
+        An Empty group loses any of them; a consumer group with members keeps those of topics
+        a member subscribes to (GROUP_SUBSCRIBED_TO_TOPIC per partition); any other group
+        with members is refused as a whole (NON_EMPTY_GROUP). A group left Empty without
+        offsets is deleted, as Kafka's cleanup does. Returns the group-level code and a
+        Result whose response maps each partition to its code.
+        """
+        group = self.groups.get(group_id)
+        if not self.owns(group_id):
+            return E.not_coordinator, Result({})
+        if group is None or group.in_state(S.DEAD):
+            return E.group_id_not_found, Result({})
+        subscribed: set[str] = set()
+        if not group.in_state(S.EMPTY):
+            if group.protocol_type != CONSUMER_PROTOCOL_TYPE:
+                return E.non_empty_group, Result({})
+            subscribed = self._subscribed_topics(group)
+        codes: dict[TopicPartition, ErrorCode] = {}
+        records: list[GroupRecord] = []
+        for tp in partitions:
+            if tp.topic in subscribed:
+                codes[tp] = E.group_subscribed_to_topic
+                continue
+            codes[tp] = E.none
+            if tp in group.offsets:
+                records.append(GroupRecord(OffsetKey(group_id, tp.topic, tp.partition), None))
+        deleted = {tp for tp, c in codes.items() if c is E.none and tp in group.offsets}
+        if deleted and set(group.offsets) <= deleted and group.in_state(S.EMPTY):
+            records.append(GroupRecord(GroupKey(group_id), None))
+        ok = [tp for tp, c in codes.items() if c is E.none]
+
+        def fail(code: ErrorCode) -> dict[TopicPartition, ErrorCode]:
+            return {**codes, **dict.fromkeys(ok, code)}
+
+        return E.none, Result(codes, records, fail)
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> set[str]:
+        """Every topic some member subscribes to (all its protocols' metadata before one is
+        chosen); a subscription that does not decode protects nothing, as in Kafka."""
+        topics: set[str] = set()
+        for member in group.members.values():
+            chosen = [
+                meta
+                for name, meta in member.protocols
+                if group.protocol_name is None or name == group.protocol_name
+            ]
+            for metadata in chosen:
+                with contextlib.suppress(SubscriptionError):
+                    topics |= subscribed_topics(metadata)
+        return topics
 
     # == Offset retention =======================================================================
 
