@@ -43,7 +43,9 @@ class Connection(asyncio.Protocol):
         self._on_pending = on_pending
         self._on_close = on_close
         self._now_ms = now_ms
-        self._queue: deque[bytes] = deque()
+        #: Frames waiting their turn, with their arrival on the metrics' timer (a request's
+        #: latency counts its time queued behind earlier ones, as Kafka's TotalTimeMs does).
+        self._queue: deque[tuple[bytes, float]] = deque()
         self._waiting: Delayed | None = None
         self._transport: asyncio.Transport | None = None
         self._read_paused = False
@@ -68,7 +70,8 @@ class Connection(asyncio.Protocol):
         except FrameError as exc:
             self.close(str(exc))
             return
-        self._queue.extend(frames)
+        arrived = self._dispatcher.broker.metrics.now()
+        self._queue.extend((frame, arrived) for frame in frames)
         self._drain_queue()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -91,8 +94,8 @@ class Connection(asyncio.Protocol):
         """Answer queued requests in order; the replies of one pass go out in one write."""
         out: list[Buffer] = []
         while self._queue and self._waiting is None and not self.closed and not self._write_paused:
-            frame = self._queue.popleft()
-            outcome = self._dispatcher.dispatch(frame, self.id, self.client_host)
+            frame, arrived = self._queue.popleft()
+            outcome = self._dispatcher.dispatch(frame, self.id, self.client_host, received=arrived)
             if isinstance(outcome, Reply):
                 out.extend(outcome.data)
             elif isinstance(outcome, Pending):
