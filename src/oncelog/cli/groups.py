@@ -1,4 +1,5 @@
-"""`oncelog groups list | describe`, modelled on `kafka-consumer-groups.sh`.
+"""`oncelog groups list | describe | reset-offsets | delete`, like `kafka-consumer-groups.sh`
+(reset-offsets and delete in `group_admin`).
 
 `describe` prints Kafka's columns: one row per partition a member is assigned, with its
 committed offset (`-` when none), the end offset and the lag, then the partitions the group
@@ -12,6 +13,7 @@ import argparse
 import sys
 from typing import Any
 
+from oncelog.cli import group_admin
 from oncelog.cli.console import (
     MISSING,
     add_bootstrap,
@@ -55,6 +57,7 @@ def add_parsers(sub: Any) -> None:
     )
     for p in actions.choices.values():
         add_bootstrap(p)
+    group_admin.add_parsers(actions)
     groups.set_defaults(func=run_groups)
 
 
@@ -63,6 +66,8 @@ def run_groups(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
+    if args.action in ("reset-offsets", "delete"):
+        return group_admin.run(args)
     client = AdminClient({"bootstrap.servers": args.bootstrap_server})
     try:
         if args.action == "list":
