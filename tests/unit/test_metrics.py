@@ -12,8 +12,10 @@ import pytest
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oncelog.broker.dispatcher import NoReply, Pending
+from oncelog.broker.dispatcher import NoReply, Pending, _count_closes
+from oncelog.broker.handlers import CloseConnection
 from oncelog.broker.metrics import BrokerMetrics, api_name, error_label
+from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import ApiKey
 from oncelog.types import TopicPartition
@@ -189,3 +191,16 @@ def test_open_connections_come_from_the_server(broker: Broker) -> None:
     assert broker.value("oncelog_open_connections") == 0
     broker.metrics.count_connections(lambda: 3)
     assert broker.value("oncelog_open_connections") == 3
+
+
+def test_a_wait_that_ends_by_closing_the_connection_is_counted(broker: Broker) -> None:
+    """An answer held for coordinator replication may end in a closed connection instead of
+    a response: the request still counts, with its latency."""
+    delayed = Delayed(lambda force: CloseConnection("not replicated") if force else None, 0, ())
+    broker.timer.now = 1.0
+    _count_closes(delayed, ApiKey.JOIN_GROUP, 0.5, broker.metrics)
+    assert delayed.try_complete(False) is None
+    assert broker.value("oncelog_requests_total", api="JoinGroup") is None
+    assert isinstance(delayed.try_complete(True), CloseConnection)
+    assert broker.value("oncelog_requests_total", api="JoinGroup") == 1
+    assert broker.value("oncelog_request_duration_seconds_sum", api="JoinGroup") == 0.5

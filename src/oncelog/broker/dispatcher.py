@@ -222,7 +222,7 @@ class Dispatcher:
         if answer is NO_RESPONSE:
             metrics.record_request(api_key, started)
             return NoReply()
-        follower = api_key == ApiKey.FETCH and request.replica_id >= 0
+        follower = api_key == ApiKey.FETCH and getattr(request, "replica_id", -1) >= 0
         finish = _finisher(api_key, version, correlation_id, metrics, started, follower)
         if replicas.coordinator_writes and not isinstance(answer, Delayed):
             answer = self._after_replication(answer, list(replicas.coordinator_writes))

@@ -10,9 +10,9 @@ Two kinds, as in Kafka:
   and sizes of every partition, open transactions, producer state, consumer groups and their
   lag, the cluster's replication health. Nothing is kept up to date on the hot path for them.
 
-`errors` counts every error code a response carried, per API and code, as Kafka's
-RequestMetrics ErrorsPerSec does (a response with three failed partitions counts three).
-Duplicates of idempotent batches are answered as successes and counted apart.
+`oncelog_request_errors_total` counts every error code a response carried, per API and
+code, as Kafka's RequestMetrics ErrorsPerSec does (a response with three failed partitions
+counts three). Duplicates of idempotent batches are answered as successes and counted apart.
 The HTTP listener renders `registry` with `prometheus_client.generate_latest`.
 """
 
