@@ -126,6 +126,7 @@ class BrokerMetrics:
         #: Set by the server in a cluster: the controller state machine of this broker.
         self.controller: Controller | None = None
         self._per_api: dict[int, tuple[_Counter, _Histogram, str]] = {}
+        self._per_topic: dict[str, tuple[_Counter, _Counter]] = {}
         self._attached = False
 
     # -- wiring --------------------------------------------------------------------------------
@@ -191,8 +192,12 @@ class BrokerMetrics:
         self._duplicates.labels(topic).inc()
 
     def record_append(self, topic: str, size: int, records: int) -> None:
-        self._bytes_in.labels(topic).inc(size)
-        self._messages_in.labels(topic).inc(records)
+        children = self._per_topic.get(topic)
+        if children is None:
+            children = (self._bytes_in.labels(topic), self._messages_in.labels(topic))
+            self._per_topic[topic] = children
+        children[0].inc(size)
+        children[1].inc(records)
 
     def time_flush(self, flush: Callable[[], None]) -> None:
         """Run one segment fsync for storage and time it (storage reads no clock itself)."""
