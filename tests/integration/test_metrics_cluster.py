@@ -10,6 +10,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Producer
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.broker_process import BrokerProcess
@@ -58,6 +59,17 @@ def test_replication_health_and_controller_metrics(tmp_path: Path) -> None:
         cluster.create_topic("solo", assignment=[[victim]])
         cluster.wait_isr_full("led")
         cluster.wait_isr_full("follows")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "acks": "all"})
+        for i in range(5):
+            producer.produce("follows", value=f"v{i}".encode(), partition=0)
+        assert producer.flush(30) == 0
+        page = scrape(c)
+        assert page[("oncelog_messages_in_total", frozenset({("topic", "follows")}))] == 5
+        # acks=all: both followers fetched the records before the producer heard back.
+        topic = frozenset({("topic", "follows")})
+        appended = page[("oncelog_bytes_in_total", topic)]
+        assert appended > 0
+        assert page[("oncelog_replication_bytes_out_total", topic)] >= 2 * appended
         for b in brokers.values():
             page = scrape(b)
             assert page[("oncelog_under_replicated_partitions", frozenset())] == 0
