@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -92,6 +93,60 @@ def oncelog(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def check_batched_offset_fetch(bootstrap: str, group: str) -> None:
+    """OffsetFetch v8 (two groups in one request, one unknown) and v10 (topic ids)."""
+    with Admin(bootstrap) as raw:
+        body = {
+            "groups": [
+                {"group_id": group, "member_id": None, "member_epoch": -1, "topics": None},
+                {
+                    "group_id": "nobody",
+                    "member_id": None,
+                    "member_epoch": -1,
+                    "topics": [{"name": "od-a", "partition_indexes": [0]}],
+                },
+            ],
+            "require_stable": True,
+        }
+        response = raw.coordinator(group, 0).call(ApiKey.OFFSET_FETCH, (8, 8), body)
+        [mine] = [g for g in response.groups if g.group_id == group]
+        assert mine.error_code == ErrorCode.none
+        assert [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
+                for t in mine.topics] == [("od-a", [(0, 3)])]  # fmt: skip
+        if raw.coordinator_id("nobody", 0) == raw.coordinator_id(group, 0):
+            [other] = [g for g in response.groups if g.group_id == "nobody"]
+            assert other.topics[0].partitions[0].committed_offset == -1
+
+        # v10 names topics by id, both ways; an unknown id answers UNKNOWN_TOPIC_ID.
+        [od_a] = [t for t in raw.refresh_metadata(["od-a"]).topics if t.name == "od-a"]
+        stranger = uuid.uuid4()
+        body = {
+            "groups": [
+                {
+                    "group_id": group,
+                    "member_id": None,
+                    "member_epoch": -1,
+                    "topics": [
+                        {"topic_id": od_a.topic_id, "partition_indexes": [0, 1]},
+                        {"topic_id": stranger, "partition_indexes": [0]},
+                    ],
+                }
+            ],
+            "require_stable": False,
+        }
+        response = raw.coordinator(group, 0).call(ApiKey.OFFSET_FETCH, (10, 10), body)
+        answers = {
+            (t.topic_id, p.partition_index): (p.committed_offset, p.error_code)
+            for t in response.groups[0].topics
+            for p in t.partitions
+        }
+        assert answers == {
+            (od_a.topic_id, 0): (3, ErrorCode.none),
+            (od_a.topic_id, 1): (-1, ErrorCode.none),
+            (stranger, 0): (-1, ErrorCode.unknown_topic_id),
+        }
+
+
 def test_offset_delete_fetch_and_describe_with_real_clients(
     gbroker: BrokerProcess, admin: AdminClient
 ) -> None:
@@ -125,28 +180,7 @@ def test_offset_delete_fetch_and_describe_with_real_clients(
         c.close()
     wait_until(lambda: group_state(admin, group) == "EMPTY", TIMEOUT, "the group to empty")
 
-    # OffsetFetch v8: two groups in one request, one of them unknown.
-    with Admin(gbroker.bootstrap) as raw:
-        body = {
-            "groups": [
-                {"group_id": group, "member_id": None, "member_epoch": -1, "topics": None},
-                {
-                    "group_id": "nobody",
-                    "member_id": None,
-                    "member_epoch": -1,
-                    "topics": [{"name": "od-a", "partition_indexes": [0]}],
-                },
-            ],
-            "require_stable": True,
-        }
-        response = raw.coordinator(group, 0).call(ApiKey.OFFSET_FETCH, (8, 9), body)
-        [mine] = [g for g in response.groups if g.group_id == group]
-        assert mine.error_code == ErrorCode.none
-        assert [(t.name, [(p.partition_index, p.committed_offset) for p in t.partitions])
-                for t in mine.topics] == [("od-a", [(0, 3)])]  # fmt: skip
-        if raw.coordinator_id("nobody", 0) == raw.coordinator_id(group, 0):
-            [other] = [g for g in response.groups if g.group_id == "nobody"]
-            assert other.topics[0].partitions[0].committed_offset == -1
+    check_batched_offset_fetch(gbroker.bootstrap, group)
 
     # Empty now: every offset may go, and the group with them (DescribeGroups v6 then
     # answers GROUP_ID_NOT_FOUND, which librdkafka reports).

@@ -61,9 +61,9 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.LIST_OFFSETS: (1, 7),
     ApiKey.METADATA: (0, 12),
     # Classic consumer groups. OffsetCommit v0/v1 and OffsetFetch v0 are not in kio; OffsetFetch
-    # v8+ batches groups, v9 adds KIP-848's member epoch; v10 (topic ids) is not offered.
+    # v8+ batches groups, v9 adds KIP-848's member epoch, v10 names topics by id.
     ApiKey.OFFSET_COMMIT: (2, 9),
-    ApiKey.OFFSET_FETCH: (1, 9),
+    ApiKey.OFFSET_FETCH: (1, 10),
     ApiKey.FIND_COORDINATOR: (0, 4),
     ApiKey.JOIN_GROUP: (0, 9),
     ApiKey.HEARTBEAT: (0, 4),

@@ -1,4 +1,4 @@
-"""OffsetFetch (9), v1-v9: a group's committed offsets (-1 where nothing is committed).
+"""OffsetFetch (9), v1-v10: a group's committed offsets (-1 where nothing is committed).
 
 v2+ may ask for every partition the group has (topics null). With `require_stable` (v7+) a
 partition whose transactional offsets still wait for their transaction's marker answers
@@ -6,11 +6,15 @@ UNSTABLE_OFFSET_COMMIT (the client retries), so a consumer taking over from a tr
 copier never starts from an offset that is about to change. Without it the last committed
 offset is returned. v8+ asks for several groups at once (each answered with its own error
 code); v9 adds the KIP-848 member id and epoch, which classic groups do not check (Kafka
-checks them only for consumer-protocol groups, which oncelog does not have).
+checks them only for consumer-protocol groups, which oncelog does not have). v10 (KIP-848's
+topic ids) names topics by id both ways: an unknown id answers UNKNOWN_TOPIC_ID for its
+partitions, and committed offsets of a topic that no longer exists are left out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from oncelog.broker import authz
@@ -21,6 +25,8 @@ from oncelog.types import TopicPartition
 
 #: The first version with the batched layout (groups[]).
 BATCHED_VERSION = 8
+#: The first version naming topics by id.
+TOPIC_ID_VERSION = 10
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -28,7 +34,12 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if ctx.api_version >= BATCHED_VERSION:
         groups = []
         for group in request.groups:
-            error, topics = fetch_group(ctx, group.group_id, group.topics, require_stable)
+            if ctx.api_version >= TOPIC_ID_VERSION:
+                error, topics = _fetch_group_by_id(
+                    ctx, group.group_id, group.topics, require_stable
+                )
+            else:
+                error, topics = fetch_group(ctx, group.group_id, group.topics, require_stable)
             groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
     error, topics = fetch_group(ctx, request.group_id, request.topics, require_stable)
@@ -68,18 +79,62 @@ def fetch_group(
     return ErrorCode.none, _topics(answered, codes)
 
 
+def _fetch_group_by_id(
+    ctx: RequestContext, group_id: str, requested: Any, require_stable: bool
+) -> tuple[ErrorCode, list[dict[str, Any]]]:
+    """v10: `fetch_group` with topics named by id in the request and the answer."""
+    replicas = ctx.broker.replicas
+    named: list[_ByName] | None = None
+    unknown: list[dict[str, Any]] = []
+    if requested is not None:
+        named = []
+        for t in requested:
+            image = replicas.topic_by_id(t.topic_id)
+            if image is None:
+                unknown.append(
+                    {
+                        "topic_id": t.topic_id,
+                        "partitions": [
+                            _partition(p, None, ErrorCode.unknown_topic_id)
+                            for p in t.partition_indexes
+                        ],
+                    }
+                )
+            else:
+                named.append(_ByName(image.name, t.partition_indexes))
+    error, topics = fetch_group(ctx, group_id, named, require_stable)
+    out = []
+    for topic in topics:
+        image = replicas.topic(topic["name"])
+        if image is not None:
+            out.append({"topic_id": image.topic_id, "partitions": topic["partitions"]})
+    return error, out + unknown
+
+
+@dataclass(frozen=True, slots=True)
+class _ByName:
+    """A v10 request topic, resolved to its name (the shape `fetch_group` reads)."""
+
+    name: str
+    partition_indexes: Sequence[int]
+
+
+def _partition(index: int, value: Any, code: ErrorCode) -> dict[str, Any]:
+    return {
+        "partition_index": index,
+        "committed_offset": value.offset if value else -1,
+        "committed_leader_epoch": value.leader_epoch if value else -1,
+        "metadata": value.metadata if value else "",
+        "error_code": code,
+    }
+
+
 def _topics(
     found: dict[TopicPartition, Any], codes: dict[TopicPartition, ErrorCode]
 ) -> list[dict[str, Any]]:
     topics: dict[str, list[dict[str, Any]]] = {}
     for tp, value in found.items():
         topics.setdefault(tp.topic, []).append(
-            {
-                "partition_index": tp.partition,
-                "committed_offset": value.offset if value else -1,
-                "committed_leader_epoch": value.leader_epoch if value else -1,
-                "metadata": value.metadata if value else "",
-                "error_code": codes.get(tp, ErrorCode.none),
-            }
+            _partition(tp.partition, value, codes.get(tp, ErrorCode.none))
         )
     return [{"name": name, "partitions": parts} for name, parts in topics.items()]
