@@ -70,6 +70,9 @@ def test_replication_health_and_controller_metrics(tmp_path: Path) -> None:
         appended = page[("oncelog_bytes_in_total", topic)]
         assert appended > 0
         assert page[("oncelog_replication_bytes_out_total", topic)] >= 2 * appended
+        for follower in (victim, other):
+            stored = scrape(brokers[follower])[("oncelog_replication_bytes_in_total", topic)]
+            assert stored == appended, follower  # the leader's batches, byte for byte
         for b in brokers.values():
             page = scrape(b)
             assert page[("oncelog_under_replicated_partitions", frozenset())] == 0

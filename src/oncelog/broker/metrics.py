@@ -113,6 +113,12 @@ class BrokerMetrics:
             ["topic"],
             registry=r,
         )
+        self._replication_bytes_in = Counter(
+            "oncelog_replication_bytes_in",
+            "Record bytes this broker stored as a follower, per topic.",
+            ["topic"],
+            registry=r,
+        )
         self._flush = Histogram(
             "oncelog_log_flush_duration_seconds",
             "Time one fsync of a log segment (with its indexes) took.",
@@ -140,6 +146,7 @@ class BrokerMetrics:
         from oncelog.broker.metrics_collector import BrokerStateCollector
 
         broker.replicas.appended = self.record_append
+        broker.replicas.replicated = self.record_replicated
         broker.replicas.logs.flush_hook = self.time_flush
         self.registry.register(BrokerStateCollector(broker, self))
 
@@ -198,6 +205,10 @@ class BrokerMetrics:
             self._per_topic[topic] = children
         children[0].inc(size)
         children[1].inc(records)
+
+    def record_replicated(self, topic: str, size: int) -> None:
+        if size:
+            self._replication_bytes_in.labels(topic).inc(size)
 
     def time_flush(self, flush: Callable[[], None]) -> None:
         """Run one segment fsync for storage and time it (storage reads no clock itself)."""

@@ -106,6 +106,8 @@ class ReplicaManager:
         #: Told (topic, bytes, records) of each append that wrote (duplicates do not), for
         #: the broker's metrics; records are counted from the batch headers.
         self.appended: Callable[[str, int, int], None] = lambda _topic, _bytes, _records: None
+        #: Told (topic, bytes) of what this broker stored as a follower, for the metrics.
+        self.replicated: Callable[[str, int], None] = lambda _topic, _bytes: None
         #: ISR changes committed for partitions led here (Kafka's IsrShrinksPerSec and
         #: IsrExpandsPerSec), read by the metrics.
         self.isr_shrinks = 0

@@ -260,7 +260,8 @@ class ReplicaFetcher:
         records = p.records or b""
         try:
             if records:
-                plog.append_as_follower(records)
+                stored = plog.append_as_follower(records)
+                self.replicas.replicated(replica.tp.topic, stored.valid_bytes)
         except (KafkaError, OSError) as exc:
             log.error("%s: cannot append what leader sent: %s; truncating again", replica.tp, exc)
             assert replica.follower is not None
