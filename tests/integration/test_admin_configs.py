@@ -222,9 +222,7 @@ def test_dynamic_broker_configs_apply_persist_and_refuse_static_keys(
                 {
                     "resource_type": 4,
                     "resource_name": "7",
-                    "configs": [
-                        {"name": "message.max.bytes", "config_operation": 0, "value": "9"}
-                    ],
+                    "configs": [{"name": "message.max.bytes", "config_operation": 0, "value": "9"}],
                 }
             ],
             "validate_only": False,
@@ -269,3 +267,68 @@ def test_legacy_alter_configs_replaces_every_override(
     assert configs["retention.ms"].value == "7000"
     # kafka-python re-sends the overrides it found (DescribeConfigs first), so they stay.
     assert configs["retention.bytes"].value == "123456"
+
+
+def test_configs_command_like_kafka_configs(broker: BrokerProcess, admin: AdminClient) -> None:
+    topic = "cli-configs"
+    create_topic(broker.bootstrap, topic, 1)
+    done = configs_cli(
+        broker,
+        "--alter",
+        "--entity-type",
+        "topics",
+        "--entity-name",
+        topic,
+        "--add-config",
+        "retention.ms=5000,cleanup.policy=[compact,delete]",
+    )
+    assert done.stdout == f"Completed updating config for topic {topic}.\n"
+    shown = configs_cli(broker, "--describe", "--entity-type", "topics", "--entity-name", topic)
+    assert shown.stdout.splitlines() == [
+        f"Dynamic configs for topic {topic} are:",
+        "  cleanup.policy=compact,delete sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:"
+        "cleanup.policy=compact,delete, DEFAULT_CONFIG:log.cleanup.policy=delete}",
+        "  retention.ms=5000 sensitive=false synonyms={DYNAMIC_TOPIC_CONFIG:retention.ms=5000, "
+        "DEFAULT_CONFIG:log.retention.hours=168}",
+    ]
+    configs_cli(
+        broker, "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--delete-config", "retention.ms",
+    )  # fmt: skip
+    assert describe(admin, "TOPIC", topic)["retention.ms"].value == "604800000"
+    every = configs_cli(
+        broker, "--describe", "--entity-type", "brokers", "--entity-name", "1", "--all"
+    )
+    assert every.stdout.startswith("All configs for broker 1 are:\n")
+    assert (
+        "  log.segment.bytes=1073741824 sensitive=false "
+        "synonyms={DEFAULT_CONFIG:log.segment.bytes=1073741824}\n"
+    ) in every.stdout
+
+    def refused(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "oncelog", "configs", "-b", broker.bootstrap, *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+
+    bad = refused(
+        "--alter", "--entity-type", "topics", "--entity-name", topic,
+        "--add-config", "retention.ms=forever",
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert bad.stderr.splitlines() == [
+        f"Error: cannot alter '{topic}': Invalid value 'forever' for configuration retention.ms"
+    ]
+    static = refused(
+        "--alter", "--entity-type", "brokers", "--entity-name", "1", "--add-config", "log.dirs=/x"
+    )
+    assert static.returncode == 1
+    assert "Cannot update these configs dynamically: Set(log.dirs)" in static.stderr
+    usage = refused("--alter", "--entity-type", "topics", "--entity-name", topic)
+    assert usage.returncode == 2
+    assert usage.stderr == "Error: --alter needs --add-config or --delete-config\n"
+    usage = refused("--alter", "--entity-type", "topics", "--entity-default", "--add-config", "a=b")
+    assert usage.returncode == 2
