@@ -332,3 +332,47 @@ def test_configs_command_like_kafka_configs(broker: BrokerProcess, admin: AdminC
     assert usage.stderr == "Error: --alter needs --add-config or --delete-config\n"
     usage = refused("--alter", "--entity-type", "topics", "--entity-default", "--add-config", "a=b")
     assert usage.returncode == 2
+
+
+def test_bad_alter_requests_get_kafkas_typed_errors(broker: BrokerProcess) -> None:
+    create_topic(broker.bootstrap, "bad-alter", 1)
+
+    def resource(kind: int, name: str, *configs: tuple[str, int, str | None]) -> dict[str, object]:
+        return {
+            "resource_type": kind,
+            "resource_name": name,
+            "configs": [{"name": k, "config_operation": op, "value": v} for k, op, v in configs],
+        }
+
+    requests = [
+        resource(99, "x", ("a", 0, "1")),
+        # Checked before the topic is looked up, so these need not exist.
+        resource(2, "t1", ("retention.ms", 7, "1")),
+        resource(2, "t2", ("retention.ms", 0, None)),
+        resource(2, "t3", ("retention.ms", 0, "1"), ("retention.ms", 1, None)),
+        resource(4, "abc", ("message.max.bytes", 0, "1")),
+        resource(2, "no/such topic", ("retention.ms", 0, "1")),
+        resource(2, "bad-alter", ("cleanup.policy", 2, "sometimes")),
+        resource(8, "1", ("kafka.server", 0, "DEBUG")),
+    ]
+    with Admin(broker.bootstrap) as raw:
+        body = {"resources": requests, "validate_only": False}
+        answers = raw.node(1).call(ApiKey.INCREMENTAL_ALTER_CONFIGS, (1, 1), body).responses
+        twice = {"resources": [requests[1], requests[1]], "validate_only": False}
+        doubled = raw.node(1).call(ApiKey.INCREMENTAL_ALTER_CONFIGS, (1, 1), twice).responses
+    assert [(a.error_code, a.error_message) for a in answers] == [
+        (ErrorCode.invalid_request, "Unknown resource type 99"),
+        (ErrorCode.invalid_request, "Unknown operations type 7"),
+        (ErrorCode.invalid_request, "Null value not supported for : retention.ms"),
+        (ErrorCode.invalid_request, "Error due to duplicate config keys"),
+        (ErrorCode.invalid_request, "Node id must be an integer, but it is: abc"),
+        (ErrorCode.unknown_topic_or_partition, "Topic no/such topic does not exist"),
+        (
+            ErrorCode.invalid_config,
+            "Invalid value sometimes for configuration cleanup.policy: "
+            "String must be one of: compact, delete",
+        ),
+        (ErrorCode.invalid_request, "Unknown resource type 8"),
+    ]
+    assert [a.error_message for a in doubled] == ["Each resource must appear at most once."] * 2
+    assert broker.alive()
