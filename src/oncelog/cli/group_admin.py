@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    client = AdminClient({"bootstrap.servers": args.bootstrap_server})
+    # librdkafka's own log lines would come before our one error line: silenced.
+    client = AdminClient({"bootstrap.servers": args.bootstrap_server, "log_level": 0})
     try:
         if args.action == "reset-offsets":
             return _reset(client, args)
