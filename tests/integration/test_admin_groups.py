@@ -233,6 +233,10 @@ def test_reset_offsets_on_a_stopped_group_and_refused_on_an_active_one(
     assert done.returncode == 0, done.stderr
     assert "Value will be set to 0" in done.stderr
     assert committed(admin, group) == {(topic, 0): 0}
+    done = oncelog(*base, "--topic", topic, "--to-latest", "--dry-run")
+    assert done.stdout.split()[-1] == "10" and done.stderr == ""
+    done = oncelog(*base, "--topic", f"{topic}:0,5", "--to-latest")
+    assert (done.returncode, done.stderr) == (1, f"Error: Topic '{topic}' has no partition 5.\n")
     done = oncelog(*base, "--topic", topic, "--to-offset", "1000", "--dry-run")
     assert done.stdout.split()[-1] == "10"
     assert "is higher than latest offset" in done.stderr
@@ -258,6 +262,11 @@ def test_reset_offsets_on_a_stopped_group_and_refused_on_an_active_one(
         c.close()
     assert committed(admin, group) == {(topic, 0): 7}
 
+
+def test_reset_offsets_usage_and_one_line_errors(gbroker: BrokerProcess) -> None:
+    topic = "reset-usage"
+    create_topic(gbroker.bootstrap, topic, 1)
+    base = ["groups", "reset-offsets", "-b", gbroker.bootstrap, "--group", "usage-group"]
     usage = oncelog(*base, "--topic", topic)
     assert usage.returncode == 2
     usage = oncelog(*base, "--topic", topic, "--to-datetime", "yesterday")
