@@ -44,10 +44,15 @@ def load_authorizer(broker: BrokerContext, from_image: bool) -> Authorizer | Non
     )
 
 
+def _authorizer(ctx: RequestContext) -> Authorizer | None:
+    # getattr: handler unit tests build their broker from SimpleNamespace without one.
+    return getattr(ctx.broker, "authorizer", None)
+
+
 def authorize(
     ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str
 ) -> bool:
-    authorizer = ctx.broker.authorizer
+    authorizer = _authorizer(ctx)
     if authorizer is None:
         return True
     return authorizer.authorize(ctx.principal, ctx.client_host, op, resource_type, name)
@@ -59,7 +64,7 @@ def authorize_cluster(ctx: RequestContext, op: AclOperation) -> bool:
 
 def authorize_any(ctx: RequestContext, op: AclOperation, resource_type: ResourceType) -> bool:
     """Allowed `op` on at least one resource of the type (Kafka's authorizeByResourceType)."""
-    authorizer = ctx.broker.authorizer
+    authorizer = _authorizer(ctx)
     if authorizer is None:
         return True
     return authorizer.authorize_any(ctx.principal, ctx.client_host, op, resource_type)
@@ -83,7 +88,7 @@ def authorized_operations(
     """The authorized-operations bit field Kafka answers (NOT_REQUESTED unless asked)."""
     if not requested:
         return NOT_REQUESTED
-    authorizer = ctx.broker.authorizer
+    authorizer = _authorizer(ctx)
     if authorizer is None:
         return all_operations(resource_type)
     return authorizer.authorized_operations(ctx.principal, ctx.client_host, resource_type, name)
@@ -95,3 +100,29 @@ def persist_local(broker: BrokerContext) -> None:
     broker.replicas.metadata.set_acls(
         [b.to_json() for b in sorted(broker.authorizer.acls, key=sort_key)]
     )
+
+
+def cluster_operations(ctx: RequestContext, requested: bool) -> int:
+    """The cluster's authorized-operations bit field (Metadata, DescribeCluster): 0 for a
+    principal that may not Describe the cluster, as Kafka answers."""
+    if requested and not authorize_cluster(ctx, Op.DESCRIBE):
+        return 0
+    return authorized_operations(ctx, Res.CLUSTER, CLUSTER_NAME, requested)
+
+
+#: ConfigResource types of DescribeConfigs / AlterConfigs (Kafka's ConfigResource.Type).
+CONFIG_TOPIC = 2
+CONFIG_BROKER = 4
+CONFIG_BROKER_LOGGER = 8
+
+
+def config_refusal(
+    ctx: RequestContext, op: AclOperation, config_type: int, name: str
+) -> ErrorCode | None:
+    """Kafka's config checks: a topic's configs need `op` (DescribeConfigs / AlterConfigs) on
+    the topic, a broker's on the cluster; the error to answer, or None."""
+    if config_type == CONFIG_TOPIC:
+        return None if topic(ctx, op, name) else ErrorCode.topic_authorization_failed
+    if config_type in (CONFIG_BROKER, CONFIG_BROKER_LOGGER):
+        return None if authorize_cluster(ctx, op) else ErrorCode.cluster_authorization_failed
+    return None

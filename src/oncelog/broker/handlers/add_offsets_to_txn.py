@@ -5,13 +5,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
+    if not authz.group(ctx, Op.READ, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     groups = ctx.broker.groups
     tp = TopicPartition(OFFSETS_TOPIC, groups.coordinator.partition_for(request.group_id))
     result = ctx.broker.txns.coordinator.add_partitions(

@@ -12,26 +12,40 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.txn_errors import for_version
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     if ctx.api_version >= 4:
+        if not authz.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+            return {
+                "throttle_time": 0,
+                "error_code": ErrorCode.cluster_authorization_failed,
+                "results_by_transaction": [],
+            }
         return _batched(ctx, request)
     txns = ctx.broker.txns
     tps = [TopicPartition(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
-    unknown = {tp for tp in tps if ctx.broker.replicas.logs.get(tp) is None}
-    codes: dict[TopicPartition, ErrorCode] = {}
-    if unknown:
+    # Kafka: Write on the transactional id, then on each topic; nothing is added unless all
+    # are allowed and exist.
+    refused: dict[TopicPartition, ErrorCode] = {}
+    if not authz.transactional_id(ctx, Op.WRITE, request.v3_and_below_transactional_id):
+        refused = dict.fromkeys(tps, ErrorCode.transactional_id_authorization_failed)
+    else:
         for tp in tps:
-            codes[tp] = (
-                ErrorCode.unknown_topic_or_partition
-                if tp in unknown
-                else ErrorCode.operation_not_attempted
-            )
+            if not authz.topic(ctx, Op.WRITE, tp.topic):
+                refused[tp] = ErrorCode.topic_authorization_failed
+            elif ctx.broker.replicas.logs.get(tp) is None:
+                refused[tp] = ErrorCode.unknown_topic_or_partition
+    codes: dict[TopicPartition, ErrorCode] = {}
+    if refused:
+        for tp in tps:
+            codes[tp] = refused.get(tp, ErrorCode.operation_not_attempted)
     else:
         result = txns.coordinator.add_partitions(
             request.v3_and_below_transactional_id,

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
@@ -30,6 +31,7 @@ from oncelog.errors import (
     KafkaError,
     UnknownTopicOrPartition,
 )
+from oncelog.security.acl import AclOperation as Op
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
@@ -43,6 +45,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
             "error_message": None,
         }
         results.append(result)
+        if not authz.topic(ctx, Op.ALTER, topic.name):
+            result.update(error_code=ErrorCode.topic_authorization_failed)
+            continue
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequest("Duplicate topic in request.")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_configs import describe_topic_configs
@@ -27,6 +28,12 @@ from oncelog.errors import (
     TopicAlreadyExists,
 )
 from oncelog.metadata.placement import validate_manual_assignment
+from oncelog.security.acl import AclOperation as Op
+
+
+def _may_create(ctx: RequestContext, name: str) -> bool:
+    """Kafka: Create on the cluster, or on the topic."""
+    return authz.authorize_cluster(ctx, Op.CREATE) or authz.topic(ctx, Op.CREATE, name)
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
@@ -45,6 +52,10 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
             "replication_factor": -1,
             "configs": [],
         }
+        if not _may_create(ctx, topic.name):
+            result["error_code"] = ErrorCode.topic_authorization_failed
+            results.append(result)
+            continue
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequest(f"Topic {topic.name} appears more than once in the request")
@@ -112,6 +123,9 @@ def _handle_in_cluster(ctx: RequestContext, request: Any) -> dict[str, Any] | De
             "configs": [],
         }
         results.append(result)
+        if not _may_create(ctx, topic.name):
+            result["error_code"] = ErrorCode.topic_authorization_failed
+            continue
         try:
             if counts[topic.name] > 1:
                 raise InvalidRequest(f"Topic {topic.name} appears more than once in the request")

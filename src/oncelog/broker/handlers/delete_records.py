@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
@@ -15,12 +17,17 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     changed = False
     for topic in request.topics:
         partitions = []
+        allowed = authz.topic(ctx, Op.DELETE, topic.name)
         for p in topic.partitions:
             entry: dict[str, Any] = {
                 "partition_index": p.partition_index,
                 "low_watermark": -1,
                 "error_code": ErrorCode.none,
             }
+            if not allowed:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                partitions.append(entry)
+                continue
             try:
                 tp = TopicPartition(topic.name, p.partition_index)
                 plog = replicas.partition(tp)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
+from oncelog.security.acl import AclOperation as Op
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
@@ -24,6 +26,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     for name in request.topic_names:
         entry: dict[str, Any] = {"name": name, "error_code": ErrorCode.none, "error_message": None}
         responses.append(entry)
+        if not authz.topic(ctx, Op.DELETE, name):
+            entry.update(error_code=ErrorCode.topic_authorization_failed)
+            continue
         if not delete_enabled:
             entry.update(error_code=ErrorCode.topic_deletion_disabled)
             continue

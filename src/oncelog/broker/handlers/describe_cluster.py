@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.errors import ErrorCode
 
@@ -29,7 +30,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "cluster_id": cluster.cluster_id if cluster else broker.replicas.metadata.cluster_id,
         "controller_id": -1,
         "brokers": [],
-        "cluster_authorized_operations": NOT_REQUESTED,
+        "cluster_authorized_operations": authz.cluster_operations(
+            ctx, bool(getattr(request, "include_cluster_authorized_operations", False))
+        ),
     }
     if endpoint_type != BROKERS_ENDPOINT:
         response.update(

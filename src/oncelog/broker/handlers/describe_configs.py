@@ -14,10 +14,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.config_changes import DYNAMIC_BROKER_KEYS
 from oncelog.broker.context import RequestContext
 from oncelog.config import BROKER_CONFIGS, TOPIC_CONFIG_DEFS, ConfigType
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
+from oncelog.security.acl import AclOperation as Op
 
 TOPIC = 2
 BROKER = 4
@@ -59,6 +61,13 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             "resource_name": resource.resource_name,
             "configs": [],
         }
+        refused = authz.config_refusal(
+            ctx, Op.DESCRIBE_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if refused is not None:
+            result["error_code"] = refused
+            results.append(result)
+            continue
         try:
             keys = resource.configuration_keys
             if resource.resource_type == TOPIC:

@@ -19,12 +19,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.storage.partition_log import PartitionLog
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not authz.authorize_cluster(ctx, Op.DESCRIBE):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.cluster_authorization_failed,
+            "results": [],
+        }
     wanted: dict[str, set[int]] | None = None
     if request.topics is not None:
         wanted = defaultdict(set)

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
@@ -14,13 +16,16 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         partitions = []
+        allowed = authz.topic(ctx, Op.READ, topic.name)
         for index in topic.partition_indexes:
             plog = ctx.broker.replicas.logs.get(TopicPartition(topic.name, index))
-            if plog is None:
+            if plog is None or not allowed:
                 partitions.append(
                     {
                         "partition_index": index,
-                        "error_code": ErrorCode.unknown_topic_or_partition,
+                        "error_code": ErrorCode.unknown_topic_or_partition
+                        if allowed
+                        else ErrorCode.topic_authorization_failed,
                         "error_message": None,
                         "active_producers": [],
                     }

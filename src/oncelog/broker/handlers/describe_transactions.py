@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.coordinator.txn.state import TxnState
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 
 #: The state names Kafka's tools print and filter on.
 STATE_NAMES = {
@@ -27,10 +29,13 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     states = []
     for txn_id in request.transactional_ids:
         meta = transactions.get(txn_id)
-        if meta is None:
+        allowed = authz.transactional_id(ctx, Op.DESCRIBE, txn_id)
+        if meta is None or not allowed:
             states.append(
                 {
-                    "error_code": ErrorCode.transactional_id_not_found,
+                    "error_code": ErrorCode.transactional_id_not_found
+                    if allowed
+                    else ErrorCode.transactional_id_authorization_failed,
                     "transactional_id": txn_id,
                     "transaction_state": "",
                     "transaction_timeout": 0,
@@ -43,6 +48,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             continue
         by_topic: dict[str, list[int]] = defaultdict(list)
         for tp in sorted(meta.partitions):
+            if not authz.topic(ctx, Op.DESCRIBE, tp.topic):
+                continue  # Kafka leaves out the topics the principal may not Describe
             by_topic[tp.topic].append(tp.partition)
         states.append(
             {

@@ -17,9 +17,11 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import (
+    ClusterAuthorizationFailed,
     ElectionNotNeeded,
     ErrorCode,
     InvalidRequest,
@@ -28,6 +30,7 @@ from oncelog.errors import (
     RequestTimedOut,
     UnknownTopicOrPartition,
 )
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 PREFERRED = 0
@@ -43,6 +46,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
         wanted = list(
             dict.fromkeys(TopicPartition(t.topic, int(p)) for t in named for p in t.partitions)
         )
+    if not authz.authorize_cluster(ctx, Op.ALTER):
+        denied = ClusterAuthorizationFailed("Cluster authorization failed.")
+        return _response(denied.code, dict.fromkeys(wanted or [], denied), named is None)
     if election_type not in (PREFERRED, UNCLEAN):
         invalid = InvalidRequest(f"unknown election type {election_type}")
         return _response(invalid.code, dict.fromkeys(wanted or [], invalid), named is None)

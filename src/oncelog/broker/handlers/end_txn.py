@@ -7,11 +7,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     txns = ctx.broker.txns
     result = txns.coordinator.end_txn(
         request.transactional_id,

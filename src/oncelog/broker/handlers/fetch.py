@@ -17,9 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 
 
@@ -31,9 +33,10 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         return _top_level_error(ErrorCode.fetch_session_id_not_found)
     max_wait = int(request.max_wait.total_seconds() * 1000)
     tps = tuple(TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions)
+    denied = _unauthorized(ctx, request)
 
     def attempt(force: bool) -> dict[str, Any] | None:
-        response, size, errors = _collect(ctx, request)
+        response, size, errors = _collect(ctx, request, denied)
         if force or errors or size >= request.min_bytes or max_wait <= 0 or not tps:
             return response
         return None
@@ -44,7 +47,23 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     return Delayed(attempt, ctx.broker.clock.monotonic_ms() + max_wait, tps)
 
 
-def _collect(ctx: RequestContext, request: Any) -> tuple[dict[str, Any], int, bool]:
+def _unauthorized(ctx: RequestContext, request: Any) -> dict[str, ErrorCode]:
+    """A follower's fetch needs ClusterAction on the cluster, a consumer's Read on each topic
+    (Kafka's KafkaApis.handleFetchRequest); the refused topics and their error."""
+    if request.replica_id >= 0:
+        if authz.authorize_cluster(ctx, Op.CLUSTER_ACTION):
+            return {}
+        return {t.topic: ErrorCode.cluster_authorization_failed for t in request.topics}
+    return {
+        t.topic: ErrorCode.topic_authorization_failed
+        for t in request.topics
+        if not authz.topic(ctx, Op.READ, t.topic)
+    }
+
+
+def _collect(
+    ctx: RequestContext, request: Any, denied: dict[str, ErrorCode]
+) -> tuple[dict[str, Any], int, bool]:
     replicas = ctx.broker.replicas
     read_committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
     budget = request.max_bytes if request.max_bytes > 0 else 0
@@ -65,6 +84,11 @@ def _collect(ctx: RequestContext, request: Any) -> tuple[dict[str, Any], int, bo
                 "preferred_read_replica": -1,
                 "records": b"",
             }
+            if topic.topic in denied:
+                errors = True
+                entry["error_code"] = denied[topic.topic]
+                partitions.append(entry)
+                continue
             try:
                 epoch = getattr(p, "current_leader_epoch", -1)
                 first = total == 0

@@ -13,12 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.internal_topics import internal_topic_configs
 from oncelog.broker.txn_runtime import TXN_TOPIC
 from oncelog.coordinator.group.records import partition_for
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 GROUP = 0
@@ -27,6 +29,11 @@ _MESSAGE = "Unknown coordinator key type."
 
 
 def _answer(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+    # Kafka: Describe on the group / transactional id, before anything is created.
+    if key_type == GROUP and not authz.group(ctx, Op.DESCRIBE, key):
+        return _refused(ErrorCode.group_authorization_failed)
+    if key_type == TRANSACTION and not authz.transactional_id(ctx, Op.DESCRIBE, key):
+        return _refused(ErrorCode.transactional_id_authorization_failed)
     if key_type == GROUP and ctx.broker.cluster is not None:
         return _coordinator_in_cluster(ctx, key, OFFSETS)
     if key_type == TRANSACTION and ctx.broker.cluster is not None:
@@ -121,6 +128,10 @@ def _coordinator_in_cluster(
         "error_code": ErrorCode.none,
         "error_message": None,
     }
+
+
+def _refused(code: ErrorCode) -> dict[str, Any]:
+    return {"node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": None}
 
 
 def _unavailable(why: str) -> dict[str, Any]:

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    if not authz.group(ctx, Op.READ, request.group_id):
+        return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     runtime = ctx.broker.groups
     code = runtime.coordinator.heartbeat(
         request.group_id,

@@ -18,6 +18,7 @@ from collections import Counter
 from collections.abc import Mapping
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.config_changes import (
     BROKER,
@@ -33,6 +34,7 @@ from oncelog.broker.config_changes import (
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
+from oncelog.security.acl import AclOperation as Op
 
 #: How long a cluster's answer waits for etcd (the request has no timeout field).
 ETCD_WAIT_MS = 30_000
@@ -54,6 +56,12 @@ def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> dict[str, 
             "resource_name": resource.resource_name,
         }
         results.append(result)
+        refused = authz.config_refusal(
+            ctx, Op.ALTER_CONFIGS, resource.resource_type, resource.resource_name
+        )
+        if refused is not None:
+            result["error_code"] = refused
+            continue
         try:
             if counts[(resource.resource_type, resource.resource_name)] > 1:
                 raise InvalidRequest("Each resource must appear at most once.")

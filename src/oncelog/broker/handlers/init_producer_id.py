@@ -10,12 +10,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.txn_errors import for_version
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation as Op
+from oncelog.security.acl import ResourceType
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+    # Kafka: Write on the transactional id; an idempotent producer needs IdempotentWrite on
+    # the cluster or Write on at least one topic.
+    if request.transactional_id is not None:
+        if not authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
+            return _answer(ErrorCode.transactional_id_authorization_failed, -1, -1)
+    elif not authz.authorize_cluster(ctx, Op.IDEMPOTENT_WRITE) and not authz.authorize_any(
+        ctx, Op.WRITE, ResourceType.TOPIC
+    ):
+        return _answer(ErrorCode.cluster_authorization_failed, -1, -1)
     if request.transactional_id is not None:
         txns = ctx.broker.txns
         result = txns.coordinator.init_producer_id(

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.coordinator.group.coordinator import WAITER_SLACK_MS, JoinRequest
+from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 
 
 def _ms(value: Any) -> int:
@@ -20,6 +23,18 @@ def _ms(value: Any) -> int:
 def handle(ctx: RequestContext, request: Any) -> Any:
     runtime = ctx.broker.groups
     version = ctx.api_version
+    if not authz.group(ctx, Op.READ, request.group_id):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.group_authorization_failed,
+            "generation_id": -1,
+            "protocol_type": None,
+            "protocol_name": None if version >= 7 else "",
+            "leader": "",
+            "skip_assignment": False,
+            "member_id": request.member_id,
+            "members": [],
+        }
     session_ms = _ms(request.session_timeout)
     rebalance_ms = _ms(request.rebalance_timeout) if version >= 1 else session_ms
     join = JoinRequest(

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 
 CLASSIC = "classic"
 
@@ -15,7 +17,11 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     groups = []
+    # Kafka: Describe on the cluster lists every group, else those the principal may Describe.
+    everything = authz.authorize_cluster(ctx, Op.DESCRIBE)
     for group in ctx.broker.groups.coordinator.list_groups():
+        if not everything and not authz.group(ctx, Op.DESCRIBE, group.group_id):
+            continue
         if states and group.state.value.lower() not in states:
             continue
         if types and CLASSIC not in types:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
@@ -21,6 +23,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     topics = []
     for topic in request.topics:
         partitions = []
+        allowed = authz.topic(ctx, Op.DESCRIBE, topic.name)
         for p in topic.partitions:
             entry: dict[str, Any] = {
                 "partition_index": p.partition_index,
@@ -29,6 +32,10 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 "offset": -1,
                 "leader_epoch": -1,
             }
+            if not allowed:
+                entry["error_code"] = ErrorCode.topic_authorization_failed
+                partitions.append(entry)
+                continue
             try:
                 tp = TopicPartition(topic.name, p.partition_index)
                 ctx.broker.replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_transactions import STATE_NAMES
 from oncelog.coordinator.txn.state import TxnState
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
@@ -20,6 +22,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     now = ctx.broker.clock.wall_ms()
     out = []
     for txn_id, meta in ctx.broker.txns.coordinator.transactions.items():
+        if not authz.transactional_id(ctx, Op.DESCRIBE, txn_id):
+            continue
         if request.state_filters and meta.state not in wanted_states:
             continue
         if wanted_pids and meta.producer_id not in wanted_pids:

@@ -10,12 +10,15 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.cluster_view import ClusterView
 from oncelog.broker.context import RequestContext
 from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.config import validate_topic_name
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.image import TopicImage
+from oncelog.security.acl import AclOperation as Op
+from oncelog.security.acl import ResourceType
 from oncelog.types import TopicPartition
 
 ZERO_UUID = uuid.UUID(int=0)
@@ -29,11 +32,22 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     topics: list[dict[str, Any]] = []
     if requested is None or (ctx.api_version == 0 and not requested):
         # Internal topics too, flagged is_internal, as Kafka answers: clients filter by the flag.
-        topics = [_describe(ctx, t) for t in replicas.metadata.topics.values()]
+        # Only the topics the principal may Describe: the others are not revealed.
+        topics = [
+            _describe(ctx, t)
+            for t in replicas.metadata.topics.values()
+            if authz.topic(ctx, Op.DESCRIBE, t.name)
+        ]
     else:
         allow_create = getattr(request, "allow_auto_topic_creation", True)
         for entry in requested:
             topics.append(_lookup(ctx, entry, allow_create))
+    if getattr(request, "include_topic_authorized_operations", False):
+        for t in topics:
+            if t["name"] is not None and t["error_code"] != ErrorCode.topic_authorization_failed:
+                t["topic_authorized_operations"] = authz.authorized_operations(
+                    ctx, ResourceType.TOPIC, t["name"]
+                )
     node = broker.node
     cluster = broker.cluster
     if cluster is not None:
@@ -58,7 +72,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         "cluster_id": cluster_id,
         "controller_id": controller_id,
         "topics": topics,
-        "cluster_authorized_operations": OPERATIONS_NOT_REQUESTED,
+        "cluster_authorized_operations": authz.cluster_operations(
+            ctx, bool(getattr(request, "include_cluster_authorized_operations", False))
+        ),
     }
 
 
@@ -70,7 +86,21 @@ def _lookup(ctx: RequestContext, entry: Any, allow_create: bool) -> dict[str, An
         image = replicas.topic_by_id(topic_id) if topic_id else None
         if image is None:
             return _error(ErrorCode.unknown_topic_id, None, topic_id)
+        if not authz.topic(ctx, Op.DESCRIBE, image.name):
+            return _error(ErrorCode.topic_authorization_failed, None, topic_id)
         return _describe(ctx, image)
+    # Kafka: a topic the principal may not Describe is TOPIC_AUTHORIZATION_FAILED, existing
+    # or not; auto-creating one needs Create on the cluster or the topic.
+    if not authz.topic(ctx, Op.DESCRIBE, name):
+        return _error(ErrorCode.topic_authorization_failed, name, None)
+    if (
+        allow_create
+        and ctx.broker.config.auto_create_topics
+        and replicas.topic(name) is None
+        and not authz.authorize_cluster(ctx, Op.CREATE)
+        and not authz.topic(ctx, Op.CREATE, name)
+    ):
+        return _error(ErrorCode.topic_authorization_failed, name, None)
     try:
         if ctx.broker.cluster is not None:
             image = replicas.topic(name)

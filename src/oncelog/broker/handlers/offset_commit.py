@@ -9,15 +9,21 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.coordinator.group.records import OffsetValue
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     runtime = ctx.broker.groups
     order, offsets, errors = requested_offsets(ctx, request)
+    if not authz.group(ctx, Op.READ, request.group_id):
+        return partition_errors_response(
+            order, dict.fromkeys(order, ErrorCode.group_authorization_failed)
+        )
     if offsets:
         result = runtime.coordinator.commit_offsets(
             request.group_id,
@@ -36,16 +42,21 @@ def requested_offsets(
     list[TopicPartition], dict[TopicPartition, OffsetValue], dict[TopicPartition, ErrorCode]
 ]:
     """The partitions of an OffsetCommit or TxnOffsetCommit request in request order, the
-    offsets to commit for those that exist, and UNKNOWN_TOPIC_OR_PARTITION for the rest."""
+    offsets to commit for those that exist and may be Read, and TOPIC_AUTHORIZATION_FAILED
+    or UNKNOWN_TOPIC_OR_PARTITION for the rest."""
     now = ctx.broker.clock.wall_ms()
     errors: dict[TopicPartition, ErrorCode] = {}
     offsets: dict[TopicPartition, OffsetValue] = {}
     order: list[TopicPartition] = []
     for topic in request.topics:
         image = ctx.broker.replicas.topic(topic.name)
+        readable = authz.topic(ctx, Op.READ, topic.name)
         for p in topic.partitions:
             tp = TopicPartition(topic.name, p.partition_index)
             order.append(tp)
+            if not readable:
+                errors[tp] = ErrorCode.topic_authorization_failed
+                continue
             if image is None or not 0 <= p.partition_index < image.partitions:
                 errors[tp] = ErrorCode.unknown_topic_or_partition
                 continue

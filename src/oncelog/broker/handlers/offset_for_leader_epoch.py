@@ -10,17 +10,28 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     replicas = ctx.broker.replicas
+    # A follower's request needs ClusterAction on the cluster, a client's Describe on the topic.
+    follower = getattr(request, "replica_id", -1) >= 0
+    cluster_ok = follower and authz.authorize_cluster(ctx, Op.CLUSTER_ACTION)
     topics = []
     for topic in request.topics:
         partitions = []
+        if follower:
+            denied = None if cluster_ok else ErrorCode.cluster_authorization_failed
+        elif authz.topic(ctx, Op.DESCRIBE, topic.topic):
+            denied = None
+        else:
+            denied = ErrorCode.topic_authorization_failed
         for p in topic.partitions:
             entry: dict[str, Any] = {
                 "error_code": ErrorCode.none,
@@ -28,6 +39,10 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 "leader_epoch": -1,
                 "end_offset": -1,
             }
+            if denied is not None:
+                entry["error_code"] = denied
+                partitions.append(entry)
+                continue
             try:
                 tp = TopicPartition(topic.topic, p.partition)
                 plog = replicas.partition(tp)

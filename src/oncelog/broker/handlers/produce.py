@@ -17,11 +17,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError, NotEnoughReplicas
+from oncelog.security.acl import AclOperation as Op
 from oncelog.storage.partition_log import AppendInfo
 from oncelog.storage.validator import KeylessRecords
 from oncelog.types import TopicPartition
@@ -30,10 +32,40 @@ log = logging.getLogger(__name__)
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
-    asks = _verifications(ctx, request)
+    denied = _unauthorized(ctx, request)
+    asks = _verifications(ctx, request, denied)
     if not asks:
-        return _produce(ctx, request, frozenset(), {})
-    return _after_verification(ctx, request, asks)
+        return _produce(ctx, request, frozenset(), {}, denied)
+    return _after_verification(ctx, request, asks, denied)
+
+
+#: Bit 4 of a record batch's attributes (big-endian int16 at offset 21): transactional.
+_TRANSACTIONAL = 0x10
+
+
+def _unauthorized(ctx: RequestContext, request: Any) -> dict[TopicPartition, ErrorCode]:
+    """Kafka's checks, before anything is appended: transactional batches need Write on the
+    request's transactional id (else every partition fails), each topic Write."""
+    txn_id = getattr(request, "transactional_id", None)
+    transactional = txn_id is not None or any(
+        len(p.records or b"") > 22 and (p.records[22] & _TRANSACTIONAL)
+        for t in request.topic_data
+        for p in t.partition_data
+    )
+    txn_denied = transactional and (
+        not txn_id or not authz.transactional_id(ctx, Op.WRITE, txn_id)
+    )
+    denied: dict[TopicPartition, ErrorCode] = {}
+    for topic in request.topic_data:
+        if txn_denied:
+            code = ErrorCode.transactional_id_authorization_failed
+        elif not authz.topic(ctx, Op.WRITE, topic.name):
+            code = ErrorCode.topic_authorization_failed
+        else:
+            continue
+        for pdata in topic.partition_data:
+            denied[TopicPartition(topic.name, pdata.index)] = code
+    return denied
 
 
 #: Coordinator trouble during verification: Kafka answers the produce with a retriable error.
@@ -54,7 +86,9 @@ class _Unverified(Exception):
         self.error_code = code
 
 
-def _verifications(ctx: RequestContext, request: Any) -> list[tuple[PendingOp, int, int]]:
+def _verifications(
+    ctx: RequestContext, request: Any, denied: dict[TopicPartition, ErrorCode]
+) -> list[tuple[PendingOp, int, int]]:
     """In a cluster: ask the coordinators of transactions that open here first (KIP-890)."""
     replicas, ops = ctx.broker.replicas, ctx.broker.cluster_ops
     txn_id = getattr(request, "transactional_id", None)
@@ -64,6 +98,8 @@ def _verifications(ctx: RequestContext, request: Any) -> list[tuple[PendingOp, i
     for topic in request.topic_data:
         for pdata in topic.partition_data:
             tp = TopicPartition(topic.name, pdata.index)
+            if tp in denied:
+                continue
             producer = replicas.transactions_to_verify(tp, pdata.records or b"")
             if producer is not None:
                 wanted.setdefault(producer, []).append(tp)
@@ -74,7 +110,10 @@ def _verifications(ctx: RequestContext, request: Any) -> list[tuple[PendingOp, i
 
 
 def _after_verification(
-    ctx: RequestContext, request: Any, asks: list[tuple[PendingOp, int, int]]
+    ctx: RequestContext,
+    request: Any,
+    asks: list[tuple[PendingOp, int, int]],
+    denied: dict[TopicPartition, ErrorCode],
 ) -> Delayed:
     """Wait for the coordinators' answers, then produce (which may wait again, acks=all)."""
     inner: list[Delayed] = []
@@ -105,7 +144,7 @@ def _after_verification(
                 for tp in op.key[-1] if isinstance(op.key, tuple) else ():
                     refused.setdefault(tp, ErrorCode.not_enough_replicas)
         try:
-            answer = _produce(ctx, request, frozenset(verified), refused)
+            answer = _produce(ctx, request, frozenset(verified), refused, denied)
         finally:
             producing.clear()
         if isinstance(answer, Delayed):
@@ -126,6 +165,7 @@ def _produce(
     request: Any,
     verified: frozenset[tuple[int, int, TopicPartition]],
     refused: dict[TopicPartition, ErrorCode],
+    denied: dict[TopicPartition, ErrorCode],
 ) -> Any:
     replicas = ctx.broker.replicas
     acks = request.acks
@@ -147,7 +187,13 @@ def _produce(
                 "record_errors": [],
                 "error_message": None,
             }
-            info = _append_partition(ctx, tp, pdata.records or b"", acks, verified, refused, entry)
+            if tp in denied:
+                entry.update(error_code=denied[tp], error_message=None)
+                info = None
+            else:
+                info = _append_partition(
+                    ctx, tp, pdata.records or b"", acks, verified, refused, entry
+                )
             if info is None:
                 failed = True
             else:

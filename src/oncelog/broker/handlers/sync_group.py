@@ -5,11 +5,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.coordinator.group.coordinator import WAITER_SLACK_MS
+from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
+    if not authz.group(ctx, Op.READ, request.group_id):
+        return {
+            "throttle_time": 0,
+            "error_code": ErrorCode.group_authorization_failed,
+            "protocol_type": None,
+            "protocol_name": None,
+            "assignment": b"",
+        }
     runtime = ctx.broker.groups
     coordinator = runtime.coordinator
     result = coordinator.sync(

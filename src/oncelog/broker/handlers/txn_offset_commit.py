@@ -14,16 +14,27 @@ from __future__ import annotations
 
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.handlers.offset_commit import partition_errors_response, requested_offsets
 from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     runtime = ctx.broker.groups
     order, offsets, errors = requested_offsets(ctx, request)
+    # Kafka: Write on the transactional id, Read on the group, Read on each topic (above).
+    if not authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
+        return partition_errors_response(
+            order, dict.fromkeys(order, ErrorCode.transactional_id_authorization_failed)
+        )
+    if not authz.group(ctx, Op.READ, request.group_id):
+        return partition_errors_response(
+            order, dict.fromkeys(order, ErrorCode.group_authorization_failed)
+        )
     if offsets:
         code = _verify_producer(ctx, request)
         if code is not ErrorCode.none:

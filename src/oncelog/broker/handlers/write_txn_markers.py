@@ -11,9 +11,11 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -23,6 +25,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     replicas = ctx.broker.replicas
     results = []
     touched: list[TopicPartition] = []
+    # Only brokers (ClusterAction on the cluster) write markers.
+    allowed = authz.authorize_cluster(ctx, Op.CLUSTER_ACTION)
     for marker in request.markers:
         topics = []
         for topic in marker.topics:
@@ -31,7 +35,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 tp = TopicPartition(topic.name, index)
                 code = ErrorCode.none
                 plog = replicas.logs.get(tp)
-                if plog is None:
+                if not allowed:
+                    code = ErrorCode.cluster_authorization_failed
+                elif plog is None:
                     code = ErrorCode.unknown_topic_or_partition
                 else:
                     try:
