@@ -103,6 +103,26 @@ def _authorizer_class(value: object) -> str | None:
     return "oncelog has only Kafka's ACL authorizer: " + " or ".join(ACL_AUTHORIZER_CLASSES)
 
 
+SECURITY_PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+def _protocol_map(value: object) -> str | None:
+    """Kafka's listener.security.protocol.map: NAME:PROTOCOL pairs."""
+    assert isinstance(value, str)
+    for pair in value.split(","):
+        name, sep, protocol = pair.strip().partition(":")
+        if not sep or not name.strip() or protocol.strip() not in SECURITY_PROTOCOLS:
+            return f"Map entry {pair.strip()!r} is not NAME:PROTOCOL with a protocol of " + (
+                ", ".join(SECURITY_PROTOCOLS)
+            )
+    return None
+
+
+def _pem_only(value: object) -> str | None:
+    return None if value == "PEM" else "oncelog reads PEM key and trust stores only"
+
+
 BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("node.id", C.INT, "1", at_least=0, doc="Id of this broker."),
     ConfigDef("listeners", C.LIST, "PLAINTEXT://127.0.0.1:9092"),
@@ -274,9 +294,46 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "inter.broker.listener.name",
         C.STRING,
         None,
-        doc="The listener other brokers fetch from; oncelog has one listener, so it must name "
-        "that one (or be unset).",
+        doc="The listener other brokers connect to. Unset: the listener named by "
+        "security.inter.broker.protocol (PLAINTEXT), else the first listener.",
     ),
+    # Listeners' security (oncelog.server.listeners): Kafka's names; oncelog reads PEM only.
+    ConfigDef(
+        "listener.security.protocol.map",
+        C.STRING,
+        "PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT,SASL_SSL:SASL_SSL",
+        check=_protocol_map,
+    ),
+    ConfigDef(
+        "security.inter.broker.protocol", C.STRING, "PLAINTEXT", one_of=SECURITY_PROTOCOLS
+    ),
+    ConfigDef(
+        "sasl.enabled.mechanisms",
+        C.LIST,
+        "SCRAM-SHA-256,SCRAM-SHA-512",
+        one_of=SASL_MECHANISMS,
+        doc="Kafka: GSSAPI, which oncelog does not have; PLAIN needs a JAAS config with users.",
+    ),
+    ConfigDef(
+        "sasl.mechanism.inter.broker.protocol",
+        C.STRING,
+        None,
+        one_of=SASL_MECHANISMS,
+        doc="Kafka: GSSAPI. Unset: the first of the inter-broker listener's mechanisms.",
+    ),
+    ConfigDef("sasl.jaas.config", C.STRING, None),
+    ConfigDef("sasl.server.max.receive.size", C.INT, "524288", at_least=1),
+    ConfigDef("connections.max.reauth.ms", C.LONG, "0", at_least=0),
+    ConfigDef("ssl.keystore.type", C.STRING, "PEM", check=_pem_only),
+    ConfigDef("ssl.keystore.location", C.STRING, None),
+    ConfigDef("ssl.keystore.key", C.STRING, None),
+    ConfigDef("ssl.keystore.certificate.chain", C.STRING, None),
+    ConfigDef("ssl.key.password", C.STRING, None),
+    ConfigDef("ssl.truststore.type", C.STRING, "PEM", check=_pem_only),
+    ConfigDef("ssl.truststore.location", C.STRING, None),
+    ConfigDef("ssl.truststore.certificates", C.STRING, None),
+    ConfigDef("ssl.client.auth", C.STRING, "none", one_of=("none", "requested", "required")),
+    ConfigDef("ssl.endpoint.identification.algorithm", C.STRING, "https"),
     ConfigDef("group.initial.rebalance.delay.ms", C.INT, "3000"),
     ConfigDef("group.min.session.timeout.ms", C.INT, "6000"),
     ConfigDef("group.max.session.timeout.ms", C.INT, "1800000"),
@@ -368,7 +425,6 @@ KAFKA_UNUSED_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("controller.quorum.voters", C.LIST, ""),
     ConfigDef("controller.quorum.bootstrap.servers", C.LIST, ""),
     ConfigDef("controller.listener.names", C.STRING, None),
-    ConfigDef("listener.security.protocol.map", C.STRING, None),
     ConfigDef("socket.send.buffer.bytes", C.INT, "102400"),
     ConfigDef("socket.receive.buffer.bytes", C.INT, "102400"),
     ConfigDef("num.recovery.threads.per.data.dir", C.INT, "1", at_least=1),
@@ -486,6 +542,16 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
+def _listener_key(key: str) -> str | None:
+    """The key a `listener.name.<name>.<key>` override is of (None if it is none)."""
+    if not key.startswith("listener.name."):
+        return None
+    rest = key[len("listener.name.") :].partition(".")[2]
+    if rest.endswith("sasl.jaas.config"):
+        return "sasl.jaas.config"
+    return rest
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     name: str
@@ -514,12 +580,23 @@ class BrokerConfig:
             if d is not None:
                 parse_value(d, value)
         self.listener  # noqa: B018 - validate eagerly
+        self.listeners  # noqa: B018
+        for key, value in self.raw.items():
+            d = BROKER_CONFIGS.get(_listener_key(key) or "")
+            if d is not None:
+                parse_value(d, value)
         self._retention_ms()
         _check_log_config(LogConfig.from_topic_configs(self.topic_defaults()))
 
     def unknown_keys(self) -> list[str]:
         """Keys neither oncelog nor the Kafka keys it ignores know: most likely typos."""
-        return [k for k in self.raw if k not in BROKER_CONFIGS and k not in KAFKA_UNUSED_CONFIGS]
+        return [
+            k
+            for k in self.raw
+            if k not in BROKER_CONFIGS
+            and k not in KAFKA_UNUSED_CONFIGS
+            and _listener_key(k) not in BROKER_CONFIGS
+        ]
 
     def warn_unknown(self) -> None:
         """One warning per unknown key, in Kafka's words (AbstractConfig.logUnused)."""
@@ -550,6 +627,103 @@ class BrokerConfig:
         if not listeners:
             raise InvalidConfig("listeners must name at least one listener")
         return Listener.parse(listeners[0])
+
+    @property
+    def listeners(self) -> list[Listener]:
+        """Every entry of `listeners` (each served); names and ports must differ."""
+        specs = self.get("listeners")
+        assert isinstance(specs, list)
+        if not specs:
+            raise InvalidConfig("listeners must name at least one listener")
+        # Kafka's controller listeners (KRaft) are not served: oncelog has no controller quorum
+        controllers = self.raw.get("controller.listener.names", "").upper().split(",")
+        out = [
+            item
+            for item in (Listener.parse(spec) for spec in specs)
+            if item.name not in controllers
+        ]
+        if not out:
+            raise InvalidConfig("listeners must name at least one broker listener")
+        names = [item.name for item in out]
+        if len(set(names)) != len(names):
+            raise InvalidConfig(f"Each listener must have a different name, listeners: {specs}")
+        ports = [item.port for item in out if item.port != 0]
+        if len(set(ports)) != len(ports):
+            raise InvalidConfig(f"Each listener must have a different port, listeners: {specs}")
+        for item in out:
+            self.security_protocol(item.name)
+        return out
+
+    def security_protocol(self, listener_name: str) -> str:
+        """The listener's protocol by `listener.security.protocol.map`."""
+        text = self.get("listener.security.protocol.map")
+        assert isinstance(text, str)
+        for pair in text.split(","):
+            name, _, protocol = pair.strip().partition(":")
+            if name.strip().upper() == listener_name.upper():
+                return protocol.strip()
+        raise InvalidConfig(
+            f"No security protocol defined for listener {listener_name} "
+            f"(listener.security.protocol.map={text})"
+        )
+
+    def advertised_for(self, listener_name: str) -> Listener | None:
+        """The `advertised.listeners` entry of that listener name, if any."""
+        advertised = self.get("advertised.listeners")
+        if not advertised:
+            return None
+        assert isinstance(advertised, list)
+        for spec in advertised:
+            item = Listener.parse(spec)
+            if item.name == listener_name:
+                return item
+        return None
+
+    def listener_setting(self, listener_name: str, key: str) -> ConfigValue | None:
+        """`listener.name.<listener>.<key>` if set (Kafka's per-listener override), else
+        `key`, parsed with the key's definition."""
+        prefixed = f"listener.name.{listener_name.lower()}.{key}"
+        if prefixed in self.raw:
+            return parse_value(BROKER_CONFIGS[key], self.raw[prefixed])
+        return self.get(key)
+
+    def jaas_config(self, listener_name: str, mechanism: str) -> str | None:
+        """`listener.name.<l>.<mechanism>.sasl.jaas.config`, else `sasl.jaas.config`."""
+        prefixed = f"listener.name.{listener_name.lower()}.{mechanism.lower()}.sasl.jaas.config"
+        if prefixed in self.raw:
+            return self.raw[prefixed]
+        value = self.get("sasl.jaas.config")
+        return value if isinstance(value, str) else None
+
+    @property
+    def inter_broker_listener_name(self) -> str:
+        """`inter.broker.listener.name`, else the listener named as
+        `security.inter.broker.protocol` (Kafka's rule), else the first listener."""
+        names = [item.name for item in self.listeners]
+        wanted = self.get("inter.broker.listener.name")
+        if wanted:
+            assert isinstance(wanted, str)
+            if self.is_set("security.inter.broker.protocol"):
+                raise InvalidConfig(
+                    "Only one of inter.broker.listener.name and security.inter.broker.protocol "
+                    "should be set."
+                )
+            if wanted.upper() not in names:
+                raise InvalidConfig(
+                    f"inter.broker.listener.name={wanted} names no listener of this broker "
+                    f"(its listeners: {','.join(names)})"
+                )
+            return wanted.upper()
+        protocol = self.get("security.inter.broker.protocol")
+        assert isinstance(protocol, str)
+        if protocol in names:
+            return protocol
+        if self.is_set("security.inter.broker.protocol"):
+            raise InvalidConfig(
+                f"security.inter.broker.protocol={protocol} names no listener of "
+                f"{','.join(names)}"
+            )
+        return names[0]
 
     @property
     def advertised_listener(self) -> Listener | None:

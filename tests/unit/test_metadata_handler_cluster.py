@@ -9,15 +9,18 @@ from types import SimpleNamespace
 from typing import Any
 
 from oncelog.broker.cluster_view import ClusterView
+from oncelog.broker.context import Node
 from oncelog.broker.handlers import metadata
 from oncelog.metadata.cluster_state import BrokerRegistration
 
 
 def answer(view: ClusterView) -> dict[str, Any]:
-    node = SimpleNamespace(node_id=1, host="127.0.0.1", port=9092)
+    node = Node(1, "127.0.0.1", 9092)
     replicas = SimpleNamespace(metadata=SimpleNamespace(topics={}))
     ctx: Any = SimpleNamespace(
-        broker=SimpleNamespace(node=node, cluster=view, replicas=replicas), api_version=12
+        broker=SimpleNamespace(node=node, cluster=view, replicas=replicas),
+        api_version=12,
+        listener_name="",
     )
     return metadata.handle(ctx, SimpleNamespace(topics=None))
 

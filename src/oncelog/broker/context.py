@@ -23,9 +23,30 @@ ANONYMOUS = "User:ANONYMOUS"
 
 @dataclass(frozen=True, slots=True)
 class Node:
+    """`host`/`port`: the inter-broker listener's advertised endpoint; `endpoints`: every
+    listener's (name, host, port), which clients are answered from."""
+
     node_id: int
     host: str
     port: int
+    endpoints: tuple[tuple[str, str, int], ...] = ()
+
+    def endpoint(self, listener: str) -> tuple[str, int] | None:
+        return listener_endpoint(self.host, self.port, self.endpoints, listener)
+
+
+def listener_endpoint(
+    host: str, port: int, endpoints: tuple[tuple[str, str, int], ...], listener: str
+) -> tuple[str, int] | None:
+    """A broker's endpoint on the listener a request came in on (Kafka answers Metadata,
+    FindCoordinator and DescribeCluster so); None if it has no such listener. Without
+    endpoints (an older registration) or a listener name, its one host and port."""
+    if not endpoints or not listener:
+        return host, port
+    for name, ep_host, ep_port in endpoints:
+        if name == listener:
+            return ep_host, ep_port
+    return None
 
 
 @dataclass(slots=True)
@@ -62,6 +83,8 @@ class RequestContext:
     client_host: str = ""
     #: Kafka's principal of the connection ("User:alice"); unauthenticated is User:ANONYMOUS.
     principal: str = ANONYMOUS
+    #: The name of the listener the request came in on ("" when not known).
+    listener_name: str = ""
 
     def response_class(self) -> type[Any]:
         from oncelog.protocol.codec import response_class

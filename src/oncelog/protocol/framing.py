@@ -29,6 +29,15 @@ class FrameDecoder:
         self._need = -1  # length of the frame being received, -1 while reading the prefix
 
     @property
+    def max_frame_bytes(self) -> int:
+        return self._max
+
+    @max_frame_bytes.setter
+    def max_frame_bytes(self, value: int) -> None:
+        """A connection raises it once authenticated (sasl.server.max.receive.size before)."""
+        self._max = value
+
+    @property
     def buffered(self) -> int:
         return len(self._prefix) + self._have
 

@@ -35,8 +35,10 @@ from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig, Listener
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import KafkaError
+from oncelog.security.credentials import ScramCredentials
 from oncelog.server.cleaner_pool import new_pool, stop_pool
 from oncelog.server.connection import Connection
+from oncelog.server.listeners import ListenerSetup, authenticator_factory, setup_listeners
 from oncelog.server.startup import StartupError
 from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
@@ -74,13 +76,40 @@ def bind_listener(listener: Listener) -> socket.socket:
     return sock
 
 
+def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
+    """Bind every listener of `listeners` (see bind_listener); all or none."""
+    socks: list[socket.socket] = []
+    try:
+        for listener in config.listeners:
+            socks.append(bind_listener(listener))
+    except StartupError:
+        _close_all(socks)
+        raise
+    return socks
+
+
+def _close_all(socks: Sequence[socket.socket]) -> None:
+    for sock in socks:
+        sock.close()
+
+
 class BrokerServer:
     def __init__(
-        self, config: BrokerConfig, clock: Clock | None = None, sock: socket.socket | None = None
+        self,
+        config: BrokerConfig,
+        clock: Clock | None = None,
+        sock: socket.socket | Sequence[socket.socket] | None = None,
     ) -> None:
-        """`sock` is the listener already bound by `bind_listener` (else bound in start)."""
+        """`sock`: the listeners already bound by `bind_listeners` (else bound in start), in
+        the order of `listeners`."""
         self.config = config
-        self._sock = sock
+        self._socks: list[socket.socket] | None = (
+            None if sock is None else [sock] if isinstance(sock, socket.socket) else list(sock)
+        )
+        #: The SCRAM credentials the SASL listeners check logins against.
+        self.credentials = ScramCredentials()
+        #: Bound port of each listener, by name (in the order of `listeners`).
+        self.ports: dict[str, int] = {}
         self.clock = clock or SystemClock()
         self.replicas = ReplicaManager(config, self.clock)
         self.purgatory = Purgatory()
@@ -113,6 +142,7 @@ class BrokerServer:
         self._group_timer_at = 0
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.port = 0
@@ -122,21 +152,29 @@ class BrokerServer:
     async def start(self) -> int:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
         loop = asyncio.get_running_loop()
+        setups = setup_listeners(self.config)  # a bad TLS/SASL setting stops us before the disk
         await loop.run_in_executor(None, self.replicas.startup)
         if self.cluster is None:
             # In a cluster the coordinators' partitions are loaded where they are led.
             await loop.run_in_executor(None, self.groups.startup)
             await loop.run_in_executor(None, self.txns.startup)
-        listener = self.config.listener
-        if self._sock is None:
-            self._sock = bind_listener(listener)
-        self.port = self._sock.getsockname()[1]
-        advertised = self.config.advertised_listener
-        host = advertised.host if advertised else listener.host
-        port = advertised.port if advertised and advertised.port else self.port
-        if host in ("0.0.0.0", "", "::"):
-            host = "127.0.0.1"
-        node = Node(self.config.node_id, host, port)
+        if self._socks is None:
+            self._socks = bind_listeners(self.config)
+        endpoints: list[tuple[str, str, int]] = []
+        for setup, sock in zip(setups, self._socks, strict=True):
+            listener = setup.listener
+            bound = sock.getsockname()[1]
+            self.ports[listener.name] = bound
+            advertised = self.config.advertised_for(listener.name)
+            host = advertised.host if advertised else listener.host
+            port = advertised.port if advertised and advertised.port else bound
+            if host in ("0.0.0.0", "", "::"):
+                host = "127.0.0.1"
+            endpoints.append((listener.name, host, port))
+        self.port = self.ports[setups[0].name]
+        inter_broker = self.config.inter_broker_listener_name
+        _, host, port = next(ep for ep in endpoints if ep[0] == inter_broker)
+        node = Node(self.config.node_id, host, port, tuple(endpoints))
         context = BrokerContext(
             self.config, self.clock, self.replicas, node, self.groups, self.txns
         )
@@ -153,9 +191,16 @@ class BrokerServer:
             self.cluster.authorizer = context.authorizer
             await self.cluster.start(node)
         self.dispatcher = Dispatcher(context)
-        self._server = await loop.create_server(
-            self._new_connection, sock=self._sock, backlog=1024
-        )
+        for setup, sock in zip(setups, self._socks, strict=True):
+            self._servers.append(
+                await loop.create_server(
+                    self._connection_factory(setup),
+                    sock=sock,
+                    backlog=1024,
+                    ssl=setup.ssl_context,
+                )
+            )
+        self._server = self._servers[0]
         self._schedule_group_timer()
         self._tasks = [
             asyncio.create_task(
@@ -197,18 +242,36 @@ class BrokerServer:
             )
         return self.port
 
-    def _new_connection(self) -> Connection:
-        assert self.dispatcher is not None
-        conn = Connection(
-            self.dispatcher,
-            max_frame_bytes=self.config.socket_request_max_bytes,
-            max_queued=self.config.queued_max_requests,
-            on_pending=self._watch,
-            on_close=self.connections.discard,
-            now_ms=self.clock.monotonic_ms,
+    def _connection_factory(self, setup: ListenerSetup) -> Callable[[], Connection]:
+        new_authenticator = (
+            authenticator_factory(
+                setup,
+                self.credentials,
+                self.config.get_int("connections.max.reauth.ms"),
+                self.clock.monotonic_ms,
+            )
+            if setup.sasl
+            else None
         )
-        self.connections.add(conn)
-        return conn
+        max_auth_frame = self.config.get_int("sasl.server.max.receive.size")
+
+        def new_connection() -> Connection:
+            assert self.dispatcher is not None
+            conn = Connection(
+                self.dispatcher,
+                max_frame_bytes=self.config.socket_request_max_bytes,
+                max_queued=self.config.queued_max_requests,
+                on_pending=self._watch,
+                on_close=self.connections.discard,
+                now_ms=self.clock.monotonic_ms,
+                listener_name=setup.name,
+                authenticator=new_authenticator() if new_authenticator else None,
+                max_auth_frame_bytes=max_auth_frame,
+            )
+            self.connections.add(conn)
+            return conn
+
+        return new_connection
 
     def _send_markers(
         self, txn_id: str, markers: list[Marker], state_tp: TopicPartition, decided_below: int
@@ -387,8 +450,8 @@ class BrokerServer:
 
     async def stop(self) -> None:
         log.info("shutting down")
-        if self._server is not None:
-            self._server.close()
+        for listening in self._servers:
+            listening.close()
         for task in self._tasks:
             task.cancel()
         if self._group_timer is not None:
@@ -424,13 +487,13 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
     """Run a broker until SIGTERM/SIGINT; print one line when ready, or one line on stderr
     and return 1 when it cannot start."""
     try:
-        sock = bind_listener(config.listener)
+        sock = bind_listeners(config)
         try:
             for companion in companions:
                 companion.bind()
             locks = lock_log_dirs(config.log_dirs)
         except (LogDirError, StartupError) as exc:
-            sock.close()
+            _close_all(sock)
             for companion in companions:
                 companion.close()
             raise StartupError(str(exc)) from exc
@@ -453,6 +516,7 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
         server.install_signal_handlers()
         listener = config.listener
         dirs = ",".join(str(d) for d in config.log_dirs)
+        notes[:0] = _listeners_note(config, server.ports)
         print(
             f"oncelog broker {config.node_id} ready on {listener.host}:{port} (log.dirs={dirs})"
             + "".join(f", {note}" for note in notes),
@@ -478,6 +542,17 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
             lock.release()
     sys.stdout.flush()
     return 0
+
+
+def _listeners_note(config: BrokerConfig, ports: dict[str, int]) -> list[str]:
+    """With several listeners, the ready line names every one with its bound port (port 0
+    picks one); the first one's stays where it always was."""
+    if len(ports) < 2:
+        return []
+    return [
+        "listeners="
+        + ",".join(f"{item.name}://{item.host}:{ports[item.name]}" for item in config.listeners)
+    ]
 
 
 def _startup_failed(message: str) -> int:

@@ -15,13 +15,19 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
 
+from oncelog.broker.context import ANONYMOUS
 from oncelog.broker.dispatcher import Close, Dispatcher, NoReply, Pending, Reply
 from oncelog.broker.handlers import CloseConnection
 from oncelog.broker.purgatory import Delayed
 from oncelog.protocol.codec import Buffer
 from oncelog.protocol.framing import FrameDecoder, FrameError
+from oncelog.protocol.headers import HeaderError, peek_ids
+from oncelog.security.sasl import Answer, Forward, Reject, SaslAuthenticator
+from oncelog.server.tls import ssl_principal
 
 log = logging.getLogger(__name__)
+SASL_HANDSHAKE_KEY = 17
+MAX_AUTH_FRAME = 524288
 _ids = itertools.count(1)
 
 
@@ -35,10 +41,22 @@ class Connection(asyncio.Protocol):
         on_pending: Callable[[Delayed], None],
         on_close: Callable[[Connection], None],
         now_ms: Callable[[], int],
+        listener_name: str = "",
+        authenticator: SaslAuthenticator | None = None,
+        max_auth_frame_bytes: int = 524288,
     ) -> None:
+        """With `authenticator` (a SASL listener) frames go to it until it has authenticated
+        the client; only then to the dispatcher, with its principal."""
         self.id = f"conn-{next(_ids)}"
         self._dispatcher = dispatcher
-        self._decoder = FrameDecoder(max_frame_bytes)
+        self._max_frame_bytes = max_frame_bytes
+        self._decoder = FrameDecoder(
+            max_frame_bytes if authenticator is None else min(max_auth_frame_bytes, max_frame_bytes)
+        )
+        self.listener_name = listener_name
+        self._auth = authenticator
+        #: Kafka's principal: the SASL user, else the TLS client certificate's subject.
+        self.principal = ANONYMOUS
         self._max_queued = max_queued
         self._on_pending = on_pending
         self._on_close = on_close
@@ -62,6 +80,8 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.client_host = f"/{peer[0]}" if peer else ""
+        if self._auth is None:
+            self.principal = ssl_principal(transport.get_extra_info("peercert")) or ANONYMOUS
 
     def data_received(self, data: bytes) -> None:
         self.last_active_ms = self._now_ms()
@@ -95,7 +115,34 @@ class Connection(asyncio.Protocol):
         out: list[Buffer] = []
         while self._queue and self._waiting is None and not self.closed and not self._write_paused:
             frame, arrived = self._queue.popleft()
-            outcome = self._dispatcher.dispatch(frame, self.id, self.client_host, received=arrived)
+            if self._auth is not None and self._authenticating(frame):
+                step = self._auth.receive(frame)
+                if isinstance(step, Answer):
+                    out.extend(step.data)
+                    if self._auth.authenticated:
+                        self.principal = self._auth.principal or ANONYMOUS
+                        self._decoder.max_frame_bytes = self._max_frame_bytes
+                    if step.close is not None:
+                        self._send(out)
+                        out = []
+                        self.close(step.close)
+                    continue
+                if isinstance(step, Reject):
+                    self._send(out)
+                    out = []
+                    self.close(step.reason)
+                    continue
+                assert isinstance(step, Forward)
+            if self.closed:
+                break
+            outcome = self._dispatcher.dispatch(
+                frame,
+                self.id,
+                self.client_host,
+                self.principal,
+                self.listener_name,
+                received=arrived,
+            )
             if isinstance(outcome, Reply):
                 out.extend(outcome.data)
             elif isinstance(outcome, Pending):
@@ -108,6 +155,29 @@ class Connection(asyncio.Protocol):
                 assert isinstance(outcome, NoReply)
         self._send(out)
         self._update_reading()
+
+    def _authenticating(self, frame: bytes) -> bool:
+        """True when `frame` belongs to the SASL exchange: before authentication, and a
+        SaslHandshake re-authenticating an expiring session (KIP-368). An authenticated
+        session past its lifetime is closed on its next other request, as Kafka does."""
+        auth = self._auth
+        assert auth is not None
+        if not auth.authenticated:
+            return True
+        if auth.expires_ms is None:
+            return False
+        try:
+            api_key = peek_ids(frame)[0]
+        except HeaderError:
+            return False
+        if api_key == SASL_HANDSHAKE_KEY:
+            auth.reauthenticate()
+            self._decoder.max_frame_bytes = min(self._max_frame_bytes, MAX_AUTH_FRAME)
+            return True
+        if self._now_ms() > auth.expires_ms:
+            self.close("SASL session expired (connections.max.reauth.ms)")
+            self._queue.clear()
+        return False
 
     def _wait_for(self, pending: Pending) -> None:
         delayed = pending.delayed

@@ -45,21 +45,23 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         brokers = [
             {
                 "broker_id": b.node_id,
-                "host": b.host,
-                "port": b.port,
+                "host": ep[0],
+                "port": ep[1],
                 "rack": b.rack,
                 "is_fenced": False,
             }
             for _, b in sorted(cluster.brokers.items())
+            if (ep := b.endpoint(ctx.listener_name)) is not None
         ]
         controller = cluster.controller_id
     else:
         node = broker.node
+        host, port = node.endpoint(ctx.listener_name) or (node.host, node.port)
         brokers = [
             {
                 "broker_id": node.node_id,
-                "host": node.host,
-                "port": node.port,
+                "host": host,
+                "port": port,
                 "rack": None,
                 "is_fenced": False,
             }

@@ -42,10 +42,11 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
         if key_type == TRANSACTION:
             ctx.broker.txns.ensure_topic()
         node = ctx.broker.node
+        host, port = node.endpoint(ctx.listener_name) or (node.host, node.port)
         return {
             "node_id": node.node_id,
-            "host": node.host,
-            "port": node.port,
+            "host": host,
+            "port": port,
             "error_code": ErrorCode.none,
             "error_message": None,
         }
@@ -119,12 +120,13 @@ def _coordinator_in_cluster(
     p = partition_for(key, assignment.partitions)
     state = cluster.state(TopicPartition(internal.name, p))
     leader = cluster.brokers.get(state.leader) if state is not None else None
-    if leader is None:
+    endpoint = leader.endpoint(ctx.listener_name) if leader is not None else None
+    if leader is None or endpoint is None:
         return _unavailable(f"{internal.name}-{p} has no leader")
     return {
         "node_id": leader.node_id,
-        "host": leader.host,
-        "port": leader.port,
+        "host": endpoint[0],
+        "port": endpoint[1],
         "error_code": ErrorCode.none,
         "error_message": None,
     }

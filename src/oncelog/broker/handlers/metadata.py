@@ -50,21 +50,26 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 )
     node = broker.node
     cluster = broker.cluster
+    # Each broker's endpoint of the listener the request came in on, as Kafka answers;
+    # brokers without that listener are left out.
+    listener = ctx.listener_name
+    own_host, own_port = node.endpoint(listener) or (node.host, node.port)
     if cluster is not None:
         brokers = [
-            {"node_id": b.node_id, "host": b.host, "port": b.port, "rack": b.rack}
+            {"node_id": b.node_id, "host": ep[0], "port": ep[1], "rack": b.rack}
             for b in cluster.brokers.values()
+            if (ep := b.endpoint(listener)) is not None
         ]
         if node.node_id not in cluster.brokers:
             # Its registration expired (etcd unreachable or paused past the session) or is not
             # seen yet; it is still alive and answering. An empty broker list would make clients
             # fail the whole response (librdkafka: "No brokers or topics in metadata").
             brokers.append(
-                {"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}
+                {"node_id": node.node_id, "host": own_host, "port": own_port, "rack": None}
             )
         cluster_id, controller_id = cluster.cluster_id, cluster.controller_id
     else:
-        brokers = [{"node_id": node.node_id, "host": node.host, "port": node.port, "rack": None}]
+        brokers = [{"node_id": node.node_id, "host": own_host, "port": own_port, "rack": None}]
         cluster_id, controller_id = replicas.metadata.cluster_id, node.node_id
     return {
         "throttle_time": 0,

@@ -1,0 +1,111 @@
+"""A broker process with several listeners (TLS, SASL) for the security tests, and the test
+certificates they use, made with the `openssl` CLI."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.broker_process import BrokerProcess
+
+LISTENERS = re.compile(r"listeners=(\S+)")
+PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
+SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
+
+
+def plain_jaas(users: dict[str, str], login: tuple[str, str] | None = None) -> str:
+    options = "".join(f' user_{name}="{password}"' for name, password in users.items())
+    if login is not None:
+        options = f' username="{login[0]}" password="{login[1]}"' + options
+    return f"{PLAIN_MODULE} required{options};"
+
+
+class SecureBroker(BrokerProcess):
+    """Started with `listeners` from its overrides (no --listen); `ports` maps each listener
+    name to its bound port, as the ready line reports them."""
+
+    def __init__(self, data_dir: Path, overrides: dict[str, str]) -> None:
+        super().__init__(data_dir, overrides)
+        self.ports: dict[str, int] = {}
+
+    def bootstrap_of(self, listener: str) -> str:
+        return f"127.0.0.1:{self.ports[listener]}"
+
+    def start(self, timeout: float = 30.0) -> SecureBroker:
+        if self.ports:
+            # a restart keeps the ports clients know
+            specs = [
+                re.sub(r":\d+$", f":{self.ports[spec.split('://')[0]]}", spec)
+                for spec in self.overrides["listeners"].split(",")
+            ]
+            self.overrides["listeners"] = ",".join(specs)
+        args = [sys.executable, "-m", "oncelog", "serve", "--data-dir", str(self.data_dir)]
+        for key, value in self.overrides.items():
+            args += ["--override", f"{key}={value}"]
+        log = open(self.log_path, "a")  # noqa: SIM115 - lives as long as the process
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+        deadline = time.monotonic() + timeout
+        assert self.proc.stdout is not None
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            if "ready on" in line:
+                self.port = int(re.search(r"ready on [\d.]+:(\d+)", line).group(1))  # type: ignore[union-attr]
+                match = LISTENERS.search(line)
+                specs = match.group(1).split(",") if match else []
+                for spec in specs:
+                    name, _, address = spec.partition("://")
+                    self.ports[name] = int(address.rsplit(":", 1)[1])
+                if not specs:
+                    name = self.overrides["listeners"].split("://")[0]
+                    self.ports[name] = self.port
+                return self
+        self.kill()
+        raise RuntimeError(f"broker did not start; see {self.log_path}:\n{self.log_tail()}")
+
+
+@dataclass(frozen=True)
+class Certs:
+    """A CA, a broker certificate for 127.0.0.1/localhost and a client certificate."""
+
+    ca: Path
+    broker_keystore: Path  # key + chain, one PEM file
+    broker_key: Path
+    broker_cert: Path
+    client_key: Path
+    client_cert: Path
+
+
+def make_certs(directory: Path, client_subject: str = "/CN=client-one/O=oncelog") -> Certs:
+    directory.mkdir(parents=True, exist_ok=True)
+
+    def run(*args: str) -> None:
+        subprocess.run(["openssl", *args], cwd=directory, check=True, capture_output=True)
+
+    run("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", "ca.key", "-out", "ca.pem",
+        "-days", "2", "-subj", "/CN=oncelog-test-ca")
+    ext = directory / "broker.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n")
+    for name, subject in (("broker", "/CN=localhost"), ("client", client_subject)):
+        run("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+            f"{name}.csr", "-subj", subject)
+        extra = ["-extfile", "broker.ext"] if name == "broker" else []
+        run("x509", "-req", "-in", f"{name}.csr", "-CA", "ca.pem", "-CAkey", "ca.key",
+            "-CAcreateserial", "-out", f"{name}.pem", "-days", "2", *extra)
+    keystore = directory / "broker-keystore.pem"
+    keystore.write_text(
+        (directory / "broker.key").read_text() + (directory / "broker.pem").read_text()
+    )
+    return Certs(
+        directory / "ca.pem",
+        keystore,
+        directory / "broker.key",
+        directory / "broker.pem",
+        directory / "client.key",
+        directory / "client.pem",
+    )
