@@ -6,7 +6,7 @@ import argparse
 import logging
 import sys
 
-from oncelog.cli import clients, cluster, configs, pipeline, serve, transactions, verify
+from oncelog.cli import acls, clients, cluster, configs, pipeline, serve, transactions, verify
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -20,6 +20,7 @@ def build_parser() -> argparse.ArgumentParser:
     transactions.add_parsers(sub)
     cluster.add_parsers(sub)
     configs.add_parsers(sub)
+    acls.add_parsers(sub)
     verify.add_parsers(sub)
     pipeline.add_parsers(sub)
     return parser
