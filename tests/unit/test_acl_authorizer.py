@@ -40,7 +40,8 @@ def acl(
     pattern: PatternType = LIT,
     host: str = "*",
 ) -> AclBinding:
-    return AclBinding(ResourcePattern(rt, name, pattern), AccessControlEntry(principal, host, op, perm))
+    entry = AccessControlEntry(principal, host, op, perm)
+    return AclBinding(ResourcePattern(rt, name, pattern), entry)
 
 
 def test_literal_allow_is_for_that_name_principal_and_operation_only() -> None:
@@ -197,7 +198,8 @@ def test_validation_and_serialisation() -> None:
     good = acl(T.TRANSACTIONAL_ID, "tx-", Op.WRITE, pattern=PRE)
     assert validate_binding(good) is None
     assert AclBinding.from_json(good.to_json()) == good
-    assert len(good.key()) == 32 and good.key() == acl(T.TRANSACTIONAL_ID, "tx-", Op.WRITE, pattern=PRE).key()
+    same = acl(T.TRANSACTIONAL_ID, "tx-", Op.WRITE, pattern=PRE)
+    assert len(good.key()) == 32 and good.key() == same.key()
     assert validate_binding(acl(T.CLUSTER, "other", Op.ALTER)) is not None
     assert validate_binding(acl(T.TOPIC, "", Op.READ)) is not None
     assert validate_binding(acl(T.TOPIC, "a", Op.READ, principal="alice")) is not None
