@@ -12,7 +12,7 @@ from oncelog.cli.console import duration, timestamp
 from oncelog.cli.main import build_parser
 from oncelog.errors import error_name
 
-TOOLS = ("topics", "produce", "consume", "transactions", "groups")
+TOOLS = ("topics", "produce", "consume", "transactions", "groups", "configs", "acls")
 
 
 def _subparsers(parser: argparse.ArgumentParser) -> argparse._SubParsersAction:  # type: ignore[type-arg]

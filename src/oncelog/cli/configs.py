@@ -42,7 +42,12 @@ def add_parsers(sub: Any) -> None:
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="list configs")
     action.add_argument("--alter", action="store_true", help="change configs")
-    p.add_argument("--entity-type", required=True, choices=["topics", "brokers"])
+    p.add_argument(
+        "--entity-type",
+        required=True,
+        choices=["topics", "brokers"],
+        help="topics, or brokers (dynamic broker configs)",
+    )
     p.add_argument("--entity-name", help="the topic, or the broker id")
     p.add_argument(
         "--entity-default",

@@ -49,7 +49,7 @@ def add_parsers(actions: Any) -> None:
     reset = actions.add_parser(
         "reset-offsets", help="move a stopped group's committed offsets (dry run by default)"
     )
-    reset.add_argument("--group", required=True)
+    reset.add_argument("--group", required=True, help="the group whose offsets move")
     which = reset.add_mutually_exclusive_group(required=True)
     which.add_argument(
         "--topic",
@@ -60,15 +60,17 @@ def add_parsers(actions: Any) -> None:
         "--all-topics", action="store_true", help="every topic the group has offsets for"
     )
     spec = reset.add_mutually_exclusive_group(required=True)
-    spec.add_argument("--to-earliest", action="store_true")
-    spec.add_argument("--to-latest", action="store_true")
+    spec.add_argument("--to-earliest", action="store_true", help="the log start offset")
+    spec.add_argument("--to-latest", action="store_true", help="the log end offset")
     spec.add_argument(
         "--to-datetime",
         metavar="YYYY-MM-DDTHH:mm:SS.sss",
         help="the first offset at or after this time (local time unless an offset is given)",
     )
     spec.add_argument("--shift-by", type=int, metavar="N", help="the committed offset plus N")
-    spec.add_argument("--to-offset", type=int, metavar="N")
+    spec.add_argument(
+        "--to-offset", type=int, metavar="N", help="offset N, clamped to the log's bounds"
+    )
     mode = reset.add_mutually_exclusive_group()
     mode.add_argument("--dry-run", action="store_true", help="only print the plan (default)")
     mode.add_argument("--execute", action="store_true", help="commit the new offsets")
@@ -76,7 +78,7 @@ def add_parsers(actions: Any) -> None:
     delete = actions.add_parser(
         "delete", help="delete an empty group, or (--delete-offsets) its offsets of topics"
     )
-    delete.add_argument("--group", required=True)
+    delete.add_argument("--group", required=True, help="the group to delete")
     delete.add_argument(
         "--delete-offsets",
         action="store_true",
