@@ -15,6 +15,7 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
 from oncelog.metadata.placement import assign_replicas
 from oncelog.security.acl import AclBinding
+from oncelog.security.credentials import Change
 from oncelog.types import TopicPartition
 
 
@@ -90,6 +91,11 @@ class ClusterOps(Protocol):
     ) -> PendingOp:
         """Set the dynamic broker configs of `entity` ("" the cluster default, else a broker
         id) to `change(current)` in etcd."""
+        ...
+
+    def write_scram(self, changes: Sequence[Change]) -> PendingOp:
+        """Put or delete the SCRAM credentials in etcd; when done, this broker's credentials
+        have them (every other broker's watch follows)."""
         ...
 
     def write_acls(

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker.metrics import BrokerMetrics
+from oncelog.security.credentials import ScramCredentials
 
 if TYPE_CHECKING:
     from oncelog.broker.cluster_view import ClusterOps, ClusterView
@@ -65,6 +66,9 @@ class BrokerContext:
     cluster_ops: ClusterOps | None = None
     #: The ACL authorizer (authorizer.class.name set), else None: everything is allowed.
     authorizer: Authorizer | None = None
+    #: The SCRAM credentials SASL logins are checked against (the server's; Describe/
+    #: AlterUserScramCredentials read and change them).
+    scram: ScramCredentials = field(default_factory=ScramCredentials)
 
     def __post_init__(self) -> None:
         """The metrics watch these services from the start (their scraped state, and the

@@ -6,7 +6,18 @@ import argparse
 import logging
 import sys
 
-from oncelog.cli import acls, clients, cluster, configs, pipeline, serve, transactions, verify
+from oncelog.cli import (
+    acls,
+    clients,
+    cluster,
+    configs,
+    pipeline,
+    serve,
+    storage,
+    transactions,
+    users,
+    verify,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -21,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     cluster.add_parsers(sub)
     configs.add_parsers(sub)
     acls.add_parsers(sub)
+    storage.add_parsers(sub)
+    users.add_parsers(sub)
     verify.add_parsers(sub)
     pipeline.add_parsers(sub)
     return parser

@@ -11,6 +11,7 @@ Keys here are relative to the cluster's prefix; the IO adapter adds it.
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import uuid
@@ -27,6 +28,8 @@ CONTROLLER_KEY = "controller"
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _INT = re.compile(r"0|[1-9][0-9]*")
 _ACL_ID = re.compile(r"[0-9a-f]{32}")
+_SCRAM_USER = re.compile(r"[A-Za-z0-9_-]+")
+_SCRAM_MECHANISM = re.compile(r"SCRAM-SHA-(?:256|512)")
 _CONFIG_ENTITY = re.compile(r"default|0|[1-9][0-9]*")
 
 T = TypeVar("T")
@@ -292,6 +295,7 @@ class KeyKind(Enum):
     PARTITION = "partitions"
     PRODUCER_IDS = "producer_ids"
     ACL = "acls"
+    SCRAM = "scram"
     BROKER_CONFIGS = "broker_configs"
 
 
@@ -344,6 +348,14 @@ def prefix_for_partitions(topic: str) -> str:
     return f"partitions/{_check_topic(topic)}/"
 
 
+def key_for_scram(user: str, mechanism: str) -> str:
+    """`scram/<user as unpadded url-safe base64>/<mechanism>`: any user name fits a key."""
+    encoded = base64.urlsafe_b64encode(user.encode()).decode().rstrip("=")
+    if not _SCRAM_MECHANISM.fullmatch(mechanism):
+        raise ClusterStateError(f"not a SCRAM mechanism: {mechanism!r}")
+    return f"scram/{encoded or '-'}/{mechanism}"
+
+
 def key_for_acl(acl_id: str) -> str:
     """One ACL binding per key, named by its digest (oncelog.security.acl.AclBinding.key)."""
     if not _ACL_ID.fullmatch(acl_id):
@@ -383,6 +395,7 @@ def parse_key(key: str | bytes) -> ParsedKey:
         "partitions": (2, (_TOPIC_NAME, _INT)),
         "producer_ids": (0, ()),
         "acls": (1, (_ACL_ID,)),
+        "scram": (2, (_SCRAM_USER, _SCRAM_MECHANISM)),
         "broker_configs": (1, (_CONFIG_ENTITY,)),
     }
     shape = shapes.get(head)

@@ -38,6 +38,9 @@ class MetadataImage:
         #: Dynamic broker configs (IncrementalAlterConfigs): "" the cluster default, else a
         #: broker id, each mapping keys to values.
         self.broker_configs: dict[str, dict[str, str]] = {}
+        #: Salted SCRAM credentials as oncelog.security.credentials stores them (never a
+        #: password): {name, mechanism, salt, stored_key, server_key, iterations}.
+        self.scram: list[dict[str, Any]] = []
 
     @classmethod
     def load_or_create(cls, log_dir: Path, node_id: int) -> MetadataImage:
@@ -57,6 +60,7 @@ class MetadataImage:
             }
             image = cls(path, str(data["cluster_id"]), topics)
             image.acls = list(data.get("acls", []))
+            image.scram = list(data.get("scram", []))
             image.broker_configs = {
                 str(k): dict(v) for k, v in data.get("broker_configs", {}).items()
             }
@@ -84,6 +88,7 @@ class MetadataImage:
                 ],
                 "acls": self.acls,
                 "broker_configs": self.broker_configs,
+                "scram": self.scram,
             },
         )
 
@@ -95,6 +100,27 @@ class MetadataImage:
         """Replace every ACL binding and write the image (CreateAcls, DeleteAcls)."""
         self.acls = acls
         self.save()
+
+    def set_scram(self, credentials: list[dict[str, Any]]) -> None:
+        """Replace every SCRAM credential and write the image (AlterUserScramCredentials)."""
+        self.scram = credentials
+        self.save()
+
+    @classmethod
+    def format(
+        cls, log_dir: Path, node_id: int, cluster_id: str, scram: list[dict[str, Any]]
+    ) -> MetadataImage:
+        """`oncelog storage format`: a new image (with SCRAM credentials) before first start."""
+        log_dir.mkdir(parents=True, exist_ok=True)
+        image = cls(log_dir / METADATA_FILE, cluster_id, {})
+        image.scram = scram
+        image.save()
+        _write_meta_properties(log_dir, node_id, cluster_id)
+        return image
+
+    @staticmethod
+    def is_formatted(log_dir: Path) -> bool:
+        return (log_dir / METADATA_FILE).exists() or (log_dir / "meta.properties").exists()
 
     def set_broker_configs(self, entity: str, configs: Mapping[str, str]) -> None:
         """Replace one entity's dynamic broker configs ("" the default) and write the image."""

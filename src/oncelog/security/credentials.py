@@ -78,8 +78,9 @@ class Change:
 
 
 def describe(credentials: ScramCredentials, users: list[str] | None) -> list[dict[str, Any]]:
-    """DescribeUserScramCredentials' results: every user, or those asked for."""
-    if users is None:
+    """DescribeUserScramCredentials' results: every user (users null or empty, as Kafka
+    reads it), or those asked for."""
+    if not users:
         names = credentials.users()
         duplicates: set[str] = set()
     else:

@@ -264,10 +264,9 @@ class AddScramError(ValueError):
     """A malformed `--add-scram` argument (Kafka's FormatterException)."""
 
 
-def parse_add_scram(argument: str) -> tuple[str, str, ScramCredential]:
-    """`SCRAM-SHA-256=[name=alice,password=secret,iterations=8192,salt=BASE64]` as Kafka's
-    ScramParser reads it (also `saltedpassword=` with `salt=`); returns (mechanism, user,
-    salted credential)."""
+def split_scram_argument(argument: str) -> tuple[str, dict[str, str]]:
+    """`MECHANISM=[key=value,...]` as Kafka's ScramParser splits it: the mechanism and the
+    keys (quotes around a value dropped)."""
     text = argument.strip()
     mechanism, sep, config = text.partition("=")
     if not sep:
@@ -278,7 +277,14 @@ def parse_add_scram(argument: str) -> tuple[str, str, ScramCredential]:
         raise AddScramError("Expected configuration string to start with [")
     if not config.endswith("]"):
         raise AddScramError("Expected configuration string to end with ]")
-    components = _components(config[1:-1])
+    return mechanism, _components(config[1:-1])
+
+
+def parse_add_scram(argument: str) -> tuple[str, str, ScramCredential]:
+    """`SCRAM-SHA-256=[name=alice,password=secret,iterations=8192,salt=BASE64]` as Kafka's
+    ScramParser reads it (also `saltedpassword=` with `salt=`); returns (mechanism, user,
+    salted credential)."""
+    mechanism, components = split_scram_argument(argument)
     name = components.pop("name", None)
     if name is None:
         raise AddScramError("You must supply 'name' to add-scram")

@@ -180,6 +180,12 @@ class BrokerServer:
         )
         # A single node keeps its ACLs in the metadata image; a cluster's come from etcd.
         context.authorizer = load_authorizer(context, from_image=self.cluster is None)
+        # SCRAM credentials likewise: the image's on a single node, etcd's (watched) in a cluster
+        if self.cluster is None:
+            self.credentials = ScramCredentials.from_json(self.replicas.metadata.scram)
+        else:
+            self.cluster.scram = self.credentials
+        context.scram = self.credentials
         context.metrics.count_connections(lambda: len(self.connections))
         if self.cluster is not None:
             context.metrics.controller = self.cluster.controller

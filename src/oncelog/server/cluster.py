@@ -55,6 +55,7 @@ from oncelog.metadata.producer_id_blocks import next_block
 from oncelog.server.cluster_acls import ClusterAclOps
 from oncelog.server.cluster_admin import ClusterAdminOps
 from oncelog.server.cluster_configs import ClusterConfigOps
+from oncelog.server.cluster_scram import ClusterScramOps
 from oncelog.server.etcd import (
     EtcdError,
     EtcdStore,
@@ -76,7 +77,7 @@ CLUSTER_ID_KEY = b"cluster_id"
 RETRY_S = 0.5
 
 
-class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps):
+class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterScramOps):
     def __init__(
         self,
         config: BrokerConfig,
@@ -283,6 +284,8 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps):
             return self._partition_event(key.topic, key.partition, event)
         if key.kind == cs.KeyKind.ACL:
             self._acl_event(key.parts[0], event.value if put else None)
+        if key.kind == cs.KeyKind.SCRAM:
+            self._scram_event("/".join(key.parts), event.value if put else None)
         if key.kind == cs.KeyKind.BROKER_CONFIGS:
             self._broker_configs_event(key.parts[0], event.value if put else None)
         return []

@@ -1,0 +1,72 @@
+"""AlterUserScramCredentials (51): upsert (salted password in, StoredKey and ServerKey kept)
+or delete users' SCRAM credentials; needs Alter on the cluster. Checked per user as Kafka's
+ScramControlManager does; a single node writes its metadata image, a cluster etcd (the answer
+waits for it)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oncelog.broker import authz
+from oncelog.broker.context import BrokerContext, RequestContext
+from oncelog.broker.purgatory import Delayed
+from oncelog.errors import ErrorCode
+from oncelog.security.acl import AclOperation
+from oncelog.security.credentials import Change, plan_alter
+
+#: How long a cluster's answer waits for etcd.
+WRITE_TIMEOUT_MS = 30_000
+
+
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+    if not authz.authorize_cluster(ctx, AclOperation.ALTER):
+        users = dict.fromkeys(
+            [d.name for d in request.deletions] + [u.name for u in request.upsertions]
+        )
+        return {
+            "throttle_time": 0,
+            "results": [
+                {
+                    "user": user,
+                    "error_code": ErrorCode.cluster_authorization_failed,
+                    "error_message": "Cluster authorization failed.",
+                }
+                for user in users
+            ],
+        }
+    broker = ctx.broker
+    results, changes = plan_alter(broker.scram, request.deletions, request.upsertions)
+    response = {"throttle_time": 0, "results": results}
+    ops = broker.cluster_ops
+    if not changes:
+        return response
+    if ops is None:
+        _apply_local(broker, changes)
+        return response
+    op = ops.write_scram(changes)
+    changed = {change.user for change in changes}
+    deadline = broker.clock.monotonic_ms() + WRITE_TIMEOUT_MS
+
+    def attempt(force: bool) -> dict[str, Any] | None:
+        if not op.done and not force:
+            return None
+        if op.done and op.error is None:
+            return response
+        code = op.error.code if op.error is not None else ErrorCode.request_timed_out
+        message = str(op.error) if op.error is not None else "etcd did not confirm in time"
+        for result in results:
+            if result["user"] in changed:
+                result.update(error_code=code, error_message=message)
+        return response
+
+    return Delayed(attempt, deadline, (op.key,))
+
+
+def _apply_local(broker: BrokerContext, changes: list[Change]) -> None:
+    """A single node: the credentials and its metadata image (one atomic, checksummed file)."""
+    for change in changes:
+        if change.credential is None:
+            broker.scram.remove(change.user, change.mechanism)
+        else:
+            broker.scram.put(change.user, change.mechanism, change.credential)
+    broker.replicas.metadata.set_scram(broker.scram.to_json())
