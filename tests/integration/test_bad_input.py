@@ -58,6 +58,7 @@ MESSAGE_TOO_LARGE = 10
 UNSUPPORTED_VERSION = 35
 UNSUPPORTED_COMPRESSION_TYPE = 76
 INVALID_RECORD = 87
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
 
 
 # -- fixtures and checks ---------------------------------------------------------------------
@@ -242,7 +243,7 @@ def test_truncated_header_closes(srv: BrokerProcess, payload: bytes) -> None:
     send_expect_closed(srv, frame(payload))
 
 
-@pytest.mark.parametrize("api_key", [-1, 17, 99, 1000, 32767, -32768])
+@pytest.mark.parametrize("api_key", [-1, 4, 99, 1000, 32767, -32768])
 def test_unknown_api_key_closes(srv: BrokerProcess, api_key: int) -> None:
     send_expect_closed(srv, frame(header(api_key, 0, flexible=False) + b"\x00" * 8))
 
@@ -725,7 +726,9 @@ BAD_BATCHES: dict[str, tuple[object, int]] = {
     "record_garbage_varints": (lambda: batch(1, body=b"\xff" * 40), INVALID_RECORD),
     "control_batch": (lambda: batch(attributes=0x20, producer_id=5), INVALID_RECORD),
     "control_batch_no_pid": (lambda: batch(attributes=0x20), INVALID_RECORD),
-    "transactional_no_pid": (lambda: batch(attributes=0x10), INVALID_RECORD),
+    # Kafka refuses transactional records in a request without a transactional.id before it
+    # looks at them, authorizer or not (KafkaApis.handleProduceRequest).
+    "transactional_no_pid": (lambda: batch(attributes=0x10), TRANSACTIONAL_ID_AUTHORIZATION_FAILED),
     "good_then_bad_crc": (lambda: batch() + with_bad_crc(), CORRUPT_MESSAGE),
     "good_then_magic1": (lambda: batch() + with_magic(1), INVALID_RECORD),
     "good_then_truncated": (lambda: batch() + batch()[:-3], CORRUPT_MESSAGE),
