@@ -1,0 +1,71 @@
+"""The HTTP listener's start-up: the ready line names its URL, a taken HTTP port is a
+one-line error with exit status 1 (before the disk is touched), a bad value exit status 2."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+
+def serve(data_dir: Path, http: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable, "-m", "oncelog", "serve", "--listen", "127.0.0.1:0",
+            "--data-dir", str(data_dir), "--override", f"http.listeners={http}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_taken_http_port_is_one_line(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = serve(tmp_path / "data", f"http://127.0.0.1:{port}")
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f"oncelog: cannot listen on http://127.0.0.1:{port}: Address already in use"
+    )
+    assert result.stdout == ""
+    assert not (tmp_path / "data").exists()  # stopped before the log dirs
+
+
+def test_bad_http_listener_is_a_config_error(tmp_path: Path) -> None:
+    result = serve(tmp_path / "data", "127.0.0.1:9644")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        "oncelog: configuration error: Invalid http.listeners entry '127.0.0.1:9644': "
+        "expected http://HOST:PORT"
+    )
+
+
+def test_ready_line_names_the_console(broker_factory: type[BrokerProcess]) -> None:
+    broker = broker_factory(overrides={"http.listeners": "http://127.0.0.1:0"}).start()
+    url = broker.ready_line.rsplit(", console ", 1)[1]
+    assert url.startswith("http://127.0.0.1:") and url.endswith("/")
+    with urllib.request.urlopen(url + "api/cluster", timeout=10) as response:
+        cluster = response.read().decode()
+    assert f'"port": {broker.port}' in cluster
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(url + "nothing-here", timeout=10)
+    assert missing.value.code == 404
+    assert broker.stop() == 0
+
+
+def test_no_http_listener_by_default(broker_factory: type[BrokerProcess]) -> None:
+    broker = broker_factory().start()
+    assert "console" not in broker.ready_line
