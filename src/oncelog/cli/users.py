@@ -89,7 +89,7 @@ def run_describe(args: argparse.Namespace) -> int:
             future = admin.describe_user_scram_credentials(request_timeout=TIMEOUT_S)
             described = future.result()
     except Exception as exc:
-        return fail(describe_error(exc))
+        return fail(_printable(describe_error(exc)))
     rows = [
         [user, info.mechanism.name.replace("_", "-"), info.iterations]
         for user, description in sorted(described.items())
@@ -130,6 +130,11 @@ def _alterations(args: argparse.Namespace) -> list[Any]:
     return out
 
 
+def _printable(text: str) -> str:
+    """librdkafka 2.x leaves a stray control byte at the end of some per-user messages."""
+    return "".join(c for c in text if c.isprintable())
+
+
 def _mechanism(ck: Any, name: str) -> Any:
     return ck.ScramMechanism[name.replace("-", "_")]
 
@@ -149,7 +154,7 @@ def run_alter(args: argparse.Namespace) -> int:
         try:
             future.result()
         except Exception as exc:
-            print(f"Error: {user}: {describe_error(exc)}", file=sys.stderr)
+            print(f"Error: {user}: {_printable(describe_error(exc))}", file=sys.stderr)
             status = 1
         else:
             print(f"Altered SCRAM credentials of {user}")
