@@ -266,3 +266,45 @@ def test_plaintext_anonymous_sees_nothing(broker: SecureBroker) -> None:
     producer.flush(TIMEOUT)
     assert [e.code() for e in errors if e is not None] == [KafkaError.TOPIC_AUTHORIZATION_FAILED]
     assert log_end(broker, good) == 0
+
+
+def test_authorized_operations(broker: SecureBroker) -> None:
+    from confluent_kafka import TopicCollection
+
+    good, _ = names("ops")
+    make_topics(broker, good)
+    alice = AdminClient(conf(broker, "alice"))
+    admin = AdminClient(conf(broker, "admin"))
+
+    described = alice.describe_topics(
+        TopicCollection([good]), include_authorized_operations=True, request_timeout=TIMEOUT
+    )
+    topic = described[good].result()
+    # Read and Write on the topic, and the Describe they imply.
+    assert set(topic.authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE
+    }  # fmt: skip
+
+    cluster = admin.describe_cluster(include_authorized_operations=True, request_timeout=TIMEOUT)
+    assert set(cluster.result().authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE,
+    }  # fmt: skip
+    # alice may not Describe the cluster: Kafka answers no operations at all.
+    mine = alice.describe_cluster(include_authorized_operations=True, request_timeout=TIMEOUT)
+    assert not mine.result().authorized_operations
+
+    # A group alice may Read (Describe implied): its operations as DescribeGroups reports.
+    group = f"g-a-{good}"
+    consumer = Consumer({**conf(broker, "alice"), "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(good, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    groups = alice.describe_consumer_groups(
+        [group], include_authorized_operations=True, request_timeout=TIMEOUT
+    )
+    assert set(groups[group].result().authorized_operations) == {
+        AclOperation.READ, AclOperation.DESCRIBE
+    }  # fmt: skip
