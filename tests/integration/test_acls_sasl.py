@@ -29,7 +29,7 @@ from confluent_kafka.admin import (
 
 from tests.integration.secure_broker import SecureBroker, plain_jaas
 
-USERS = {"admin": "admin-secret", "alice": "alice-pw"}
+USERS = {"admin": "admin-secret", "alice": "alice-pw", "carol": "carol-pw"}
 TIMEOUT = 30.0
 PREFIXED = ResourcePatternType.PREFIXED
 
@@ -308,3 +308,44 @@ def test_authorized_operations(broker: SecureBroker) -> None:
     assert set(groups[group].result().authorized_operations) == {
         AclOperation.READ, AclOperation.DESCRIBE
     }  # fmt: skip
+
+
+def test_idempotent_producer_needs_write_somewhere(broker: SecureBroker) -> None:
+    """InitProducerId without a transactional id: IdempotentWrite on the cluster or Write on
+    some topic (Kafka >= 2.8). carol may only Describe the topic: CLUSTER_AUTHORIZATION_FAILED."""
+    good, _ = names("idem")
+    make_topics(broker, good)
+    describe = AclBinding(
+        ResourceType.TOPIC, good, ResourcePatternType.LITERAL, "User:carol", "*",
+        AclOperation.DESCRIBE, AclPermissionType.ALLOW,
+    )  # fmt: skip
+    admin = AdminClient(conf(broker, "admin"))
+    for future in admin.create_acls([describe], request_timeout=TIMEOUT).values():
+        assert future.result() is None
+    fatal: list[KafkaError] = []
+    producer = Producer(
+        {
+            **conf(broker, "carol"),
+            "enable.idempotence": True,
+            "message.timeout.ms": 10_000,
+            "error_cb": fatal.append,
+        }
+    )
+    reports: list[KafkaError | None] = []
+    producer.produce(good, value=b"x", partition=0, on_delivery=lambda e, _m: reports.append(e))
+    codes = set()
+    try:
+        producer.flush(TIMEOUT)
+    except Exception as exc:  # confluent-kafka raises the fatal error from flush (wrapped)
+        raised = exc if isinstance(exc, KafkaException) else exc.__cause__
+        assert isinstance(raised, KafkaException), exc
+        codes.add(raised.args[0].code())
+    codes |= {e.code() for e in fatal} | {e.code() for e in reports if e is not None}
+    assert KafkaError.CLUSTER_AUTHORIZATION_FAILED in codes, codes
+    assert log_end(broker, good) == 0
+
+    # alice may Write topics a-*: her idempotent producer gets its id and writes.
+    alice = Producer({**conf(broker, "alice"), "enable.idempotence": True})
+    alice.produce(good, value=b"y", partition=0)
+    assert alice.flush(TIMEOUT) == 0
+    assert log_end(broker, good) == 1
