@@ -308,6 +308,14 @@ def test_without_authorizer_acl_requests_are_security_disabled(
             client.describe_acls(acl_filter)
     finally:
         client.close()
+    # librdkafka reports DescribeAcls' SECURITY_DISABLED as an empty listing; the tool does not.
+    listed = subprocess.run(
+        [sys.executable, "-m", "oncelog", "acls", "-b", broker.bootstrap, "--list"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert listed.returncode == 1
+    (line,) = listed.stderr.strip().splitlines()
+    assert line.startswith("Error: SECURITY_DISABLED (54)")
 
 
 def test_unknown_authorizer_class_is_a_one_line_startup_error(tmp_path: object) -> None:

@@ -332,12 +332,29 @@ def _list(args: argparse.Namespace, pattern: PatternType, settings: dict[str, st
         for rtype, name in resources:
             acl_filter = _filter(rtype, name, pattern, Op.ANY, args.principal, None, None)
             found += admin.describe_acls(acl_filter, request_timeout=TIMEOUT_S).result()
+        if not found and not _authorizer_configured(admin):
+            return fail("SECURITY_DISABLED (54): No Authorizer is configured on the broker.")
     except UsageError as exc:
         return fail(str(exc), 2)
     except KafkaException as exc:
         return fail(describe_error(exc))
     _print(found, "Current ACLs for resource")
     return 0
+
+
+def _authorizer_configured(admin: Any) -> bool:
+    """Whether the broker has an authorizer, from its `authorizer.class.name`: librdkafka
+    drops DescribeAcls' error code, so SECURITY_DISABLED reaches it as an empty listing.
+    True when the broker does not say (the empty listing then stands)."""
+    try:
+        metadata = admin.list_topics(timeout=TIMEOUT_S)
+        node = metadata.controller_id if metadata.controller_id >= 0 else min(metadata.brokers)
+        resource = _ck().ConfigResource(_ck().ResourceType.BROKER, str(node))
+        futures = admin.describe_configs([resource], request_timeout=TIMEOUT_S)
+        entry = next(iter(futures.values())).result().get("authorizer.class.name")
+    except Exception:  # no right to DescribeConfigs, an older broker: nothing to add
+        return True
+    return entry is None or bool(entry.value)
 
 
 def _print(bindings: Iterable[Any], title: str) -> None:
