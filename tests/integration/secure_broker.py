@@ -12,7 +12,8 @@ from pathlib import Path
 
 from tests.broker_process import BrokerProcess
 
-LISTENERS = re.compile(r"listeners=(\S+)")
+#: The ready line's listeners note; other notes (", console http://...") may follow it.
+LISTENERS = re.compile(r"listeners=([^\s,]+(?:,[^\s,]+)*)")
 PLAIN_MODULE = "org.apache.kafka.common.security.plain.PlainLoginModule"
 SCRAM_MODULE = "org.apache.kafka.common.security.scram.ScramLoginModule"
 
@@ -55,6 +56,7 @@ class SecureBroker(BrokerProcess):
             if not line:
                 break
             if "ready on" in line:
+                self.ready_line = line.strip()
                 self.port = int(re.search(r"ready on [\d.]+:(\d+)", line).group(1))  # type: ignore[union-attr]
                 match = LISTENERS.search(line)
                 specs = match.group(1).split(",") if match else []

@@ -12,7 +12,8 @@ from oncelog.config import BrokerConfig
 from oncelog.errors import InvalidConfig
 
 if TYPE_CHECKING:
-    from oncelog.console.app import ConsoleServer
+    from oncelog.config import Listener
+    from oncelog.console.app import ConsoleServer, ConsoleSettings
     from oncelog.console.listener import HttpListener
     from oncelog.server.app import BrokerServer
 
@@ -127,16 +128,11 @@ class HttpCompanion:
             self._sock.close()
 
     async def start(self, server: BrokerServer) -> str:
-        from oncelog.console.app import ConsoleServer, ConsoleSettings
+        from oncelog.console.app import ConsoleServer
 
         assert self._sock is not None and server.dispatcher is not None
         metrics = server.dispatcher.broker.metrics
-        host = server.config.listener.host
-        if host in ("", "0.0.0.0", "::"):
-            host = "127.0.0.1"
-        settings = ConsoleSettings(
-            bootstrap=f"{host}:{server.port}", registry=getattr(metrics, "registry", None)
-        )
+        settings = console_settings(server, getattr(metrics, "registry", None))
         self._server = ConsoleServer(settings, self._sock)
         port = await self._server.start()
         return f"console {self.listener.url(port)}"
@@ -144,3 +140,38 @@ class HttpCompanion:
     async def stop(self) -> None:
         if self._server is not None:
             await self._server.stop()
+
+
+def console_settings(server: BrokerServer, registry: Any) -> ConsoleSettings:
+    """Where the console reads the cluster, and whether it asks for logins: through a
+    SASL_PLAINTEXT listener when there is one (the HTTP listener then takes the broker's users
+    with basic auth, and each request reads as its user), else a PLAINTEXT one (no login)."""
+    from oncelog.console.app import ConsoleSettings
+    from oncelog.console.auth import BrokerLogins
+    from oncelog.server.startup import StartupError
+
+    config = server.config
+    by_protocol: dict[str, list[Listener]] = {}
+    for listener in config.listeners:
+        by_protocol.setdefault(config.security_protocol(listener.name), []).append(listener)
+    candidates = by_protocol.get("SASL_PLAINTEXT") or by_protocol.get("PLAINTEXT") or []
+    if not candidates:
+        raise StartupError(
+            "the HTTP listener reads the cluster through a PLAINTEXT or SASL_PLAINTEXT "
+            "listener, and listeners has none"
+        )
+    chosen = candidates[0]
+    host = "127.0.0.1" if chosen.host in ("", "0.0.0.0", "::") else chosen.host
+    bootstrap = f"{host}:{server.ports.get(chosen.name, server.port)}"
+    if config.security_protocol(chosen.name) == "PLAINTEXT":
+        return ConsoleSettings(bootstrap=bootstrap, registry=registry)
+    mechanisms = config.listener_setting(chosen.name, "sasl.enabled.mechanisms")
+    assert isinstance(mechanisms, list)
+    logins = BrokerLogins(bootstrap, [str(m) for m in mechanisms])
+    return ConsoleSettings(
+        bootstrap=bootstrap,
+        registry=registry,
+        authenticate=logins.authenticate,
+        may_abort=logins.may_abort,
+        admin_for=logins.admin_for,
+    )

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from oncelog.client import describe_transactions
-from oncelog.client.connection import ClientError, Connection, parse_bootstrap
+from oncelog.client.connection import ClientError, Connection, SaslLogin, parse_bootstrap
 from oncelog.client.describe_transactions import TransactionState
 from oncelog.errors import error_name
 from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
@@ -56,9 +56,13 @@ class LogDirInfo:
 
 
 class Admin:
-    def __init__(self, bootstrap: str, timeout: float = 10.0) -> None:
+    def __init__(
+        self, bootstrap: str, timeout: float = 10.0, sasl: SaslLogin | None = None
+    ) -> None:
+        """`sasl`: log in to every broker with it (a SASL listener), else connect anonymously."""
         self.timeout = timeout
-        self._bootstrap = Connection(*parse_bootstrap(bootstrap), timeout=timeout)
+        self._sasl = sasl
+        self._bootstrap = Connection(*parse_bootstrap(bootstrap), timeout=timeout, sasl=sasl)
         self._nodes: dict[int, tuple[str, int]] = {}
         self._conns: dict[int, Connection] = {}
         self._coordinators: dict[tuple[str, int], int] = {}
@@ -97,7 +101,9 @@ class Admin:
         if conn is None:
             if node_id not in self._nodes:
                 raise ClientError(f"unknown broker {node_id}")
-            conn = self._conns[node_id] = Connection(*self._nodes[node_id], timeout=self.timeout)
+            conn = self._conns[node_id] = Connection(
+                *self._nodes[node_id], timeout=self.timeout, sasl=self._sasl
+            )
         return conn
 
     def all_nodes(self) -> list[Connection]:

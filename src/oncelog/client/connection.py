@@ -9,22 +9,42 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from kio.serial import entity_reader
 
+from oncelog.errors import error_name
 from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
 from oncelog.protocol.headers import API_VERSIONS_KEY
+from oncelog.security.sasl_errors import SaslFailed
+from oncelog.security.scram import ScramClient
 
 CLIENT_ID = "oncelog-tools"
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
 
 
 class ClientError(Exception):
     """The broker cannot be reached or answered something we cannot use."""
 
 
+class SaslLoginFailed(ClientError):
+    """The broker refused the SASL login (wrong password, unknown user, no such mechanism)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SaslLogin:
+    """Log in with SASL on connecting: `mechanism` is PLAIN, SCRAM-SHA-256 or -512."""
+
+    mechanism: str
+    username: str
+    password: str = field(repr=False)
+
+
 class Connection:
-    def __init__(self, host: str, port: int, timeout: float = 10.0) -> None:
+    def __init__(
+        self, host: str, port: int, timeout: float = 10.0, sasl: SaslLogin | None = None
+    ) -> None:
         try:
             self._sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -32,8 +52,40 @@ class Connection:
         self._sock.settimeout(timeout)
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
-        response = self._call(API_VERSIONS_KEY, 0, {})
-        self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+        try:
+            response = self._call(API_VERSIONS_KEY, 0, {})
+            self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
+            if sasl is not None:
+                self._authenticate(sasl)
+        except BaseException:
+            self._sock.close()
+            raise
+
+    def _authenticate(self, login: SaslLogin) -> None:
+        """SaslHandshake, then SaslAuthenticate rounds of PLAIN or SCRAM (KIP-152 framing);
+        a refused login raises SaslLoginFailed with the broker's message."""
+        handshake = self.call(SASL_HANDSHAKE, (1, 1), {"mechanism": login.mechanism})
+        if int(handshake.error_code) != 0:
+            raise SaslLoginFailed(
+                f"the broker does not offer SASL {login.mechanism} here "
+                f"(it offers {', '.join(handshake.mechanisms) or 'none'})"
+            )
+        if login.mechanism == "PLAIN":
+            self._sasl_round(f"\0{login.username}\0{login.password}".encode())
+            return
+        scram = ScramClient(login.mechanism, login.username, login.password)
+        server_first = self._sasl_round(scram.first())
+        try:
+            server_final = self._sasl_round(scram.final(server_first))
+            scram.verify(server_final)
+        except SaslFailed as exc:
+            raise SaslLoginFailed(str(exc)) from exc
+
+    def _sasl_round(self, token: bytes) -> bytes:
+        response = self.call(SASL_AUTHENTICATE, (0, 2), {"auth_bytes": token})
+        if int(response.error_code) != 0:
+            raise SaslLoginFailed(response.error_message or error_name(int(response.error_code)))
+        return bytes(response.auth_bytes)
 
     def close(self) -> None:
         self._sock.close()

@@ -101,6 +101,21 @@ def describe_cluster(admin: Admin) -> ClusterInfo:
     )
 
 
+#: Kafka's "not requested" value of the authorized-operations fields.
+OPERATIONS_NOT_REQUESTED = -(2**31)
+
+
+def cluster_operations(admin: Admin) -> int:
+    """The operations the connection's principal may do on the cluster, as Kafka's bit field
+    (bit n set: AclOperation code n allowed), from DescribeCluster."""
+    conn = admin.all_nodes()[0]
+    response = conn.call(DESCRIBE_CLUSTER, (0, 1), {"include_cluster_authorized_operations": True})
+    code = int(response.error_code)
+    if code != 0:
+        raise ClientError(f"cannot describe the cluster: {error_name(code)}")
+    return int(response.cluster_authorized_operations)
+
+
 def partitions(admin: Admin) -> list[PartitionInfo]:
     """Every partition of every topic (internal topics included), from Metadata."""
     response = admin.refresh_metadata()

@@ -51,11 +51,12 @@ STATIC_FILES = {
     "console.css": "text/css",
 }
 
-#: Finds the user of a request (basic auth, a token): their name, or None to refuse (401).
-Authenticator = Callable[[web.Request], Awaitable[str | None]]
+#: Finds the user of a request (basic auth, a token), or None to refuse it (401). The user is
+#: any object with a `name` (or a plain string); the other hooks get it back.
+Authenticator = Callable[[web.Request], Awaitable[Any]]
 
 
-def allow_everyone(user: str | None) -> bool:
+def allow_everyone(user: object) -> bool:
     """No authorizer: the abort action is open to anyone who reaches the console."""
     return True
 
@@ -67,17 +68,18 @@ class ConsoleSettings:
     #: The prometheus_client registry `/metrics` renders; None: an empty one.
     registry: Any = None
     authenticate: Authenticator | None = None
-    #: May this user abort transactions (Kafka: Cluster Alter, as WriteTxnMarkers needs)?
-    may_abort: Callable[[str | None], bool] = allow_everyone
+    #: May this user abort transactions (the issue's rule: Alter on the cluster)? Called in
+    #: a worker thread: it may ask the broker.
+    may_abort: Callable[[Any], bool] = allow_everyone
     #: The Kafka client a request of this user reads with: to log in to the broker as the
     #: user (SASL) so the broker's own checks apply. Default: an anonymous `Admin`.
-    admin_for: Callable[[str | None], Admin] | None = None
+    admin_for: Callable[[Any], Admin] | None = None
     timeout: float = 10.0
 
 
 SETTINGS = web.AppKey("settings", ConsoleSettings)
 #: The authenticated user of a request (None without an authenticator).
-USER: Any = web.RequestKey("user", str) if hasattr(web, "RequestKey") else "user"
+USER: Any = web.RequestKey("user", object) if hasattr(web, "RequestKey") else "user"
 
 
 def make_app(settings: ConsoleSettings) -> web.Application:
@@ -205,9 +207,9 @@ async def _metrics_json(request: web.Request) -> web.Response:
 
 async def _whoami(request: web.Request) -> web.Response:
     user = request[USER]
-    return web.json_response(
-        {"user": user, "may_abort": request.app[SETTINGS].may_abort(user)}
-    )
+    may_abort = await asyncio.to_thread(request.app[SETTINGS].may_abort, user)
+    name = user if user is None or isinstance(user, str) else getattr(user, "name", str(user))
+    return web.json_response({"user": name, "may_abort": may_abort})
 
 
 # -- the cluster, through the Kafka protocol ---------------------------------------------------
@@ -354,7 +356,7 @@ async def _abort(request: web.Request) -> web.Response:
     """POST JSON only: a cross-site form cannot send application/json without CORS."""
     if request.content_type != "application/json":
         raise ApiError(415, "send the request as application/json")
-    if not request.app[SETTINGS].may_abort(request[USER]):
+    if not await asyncio.to_thread(request.app[SETTINGS].may_abort, request[USER]):
         raise ApiError(403, "aborting transactions needs the Alter operation on the cluster")
     try:
         body = await request.json()
