@@ -49,6 +49,11 @@ def _authorizer(ctx: RequestContext) -> Authorizer | None:
     return getattr(ctx.broker, "authorizer", None)
 
 
+def enabled(ctx: RequestContext) -> bool:
+    """Whether requests are authorized at all (a handler may skip preparing its checks)."""
+    return _authorizer(ctx) is not None
+
+
 def authorize(
     ctx: RequestContext, op: AclOperation, resource_type: ResourceType, name: str
 ) -> bool:

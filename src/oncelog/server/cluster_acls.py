@@ -10,6 +10,7 @@ change from its watch, a moment later, as Kafka's brokers do from the metadata l
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Hashable, Sequence
 
@@ -21,6 +22,7 @@ from oncelog.security.authorizer import Authorizer
 from oncelog.server.etcd import EtcdError, EtcdStore
 
 log = logging.getLogger(__name__)
+_writes = itertools.count()
 
 
 class ClusterAclOps:
@@ -36,7 +38,7 @@ class ClusterAclOps:
     def write_acls(
         self, create: Sequence[AclBinding], delete: Sequence[AclBinding]
     ) -> PendingOp:
-        op = PendingOp(key=("acls", id(create), id(delete)))
+        op = PendingOp(key=("acls", next(_writes)))
 
         async def run() -> None:
             assert self.store is not None
