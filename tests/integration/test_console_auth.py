@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import re
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -160,3 +162,40 @@ def test_abort_needs_alter_on_the_cluster(broker: SecureBroker) -> None:
     assert body["error"] == (
         "no open transaction of producer 0 on a-mine-0 starts at offset 0"
     )
+
+
+def test_scram_logins(tmp_path: Path) -> None:
+    """Users with SCRAM credentials only (made by `oncelog storage format --add-scram`): the
+    console logs in with SCRAM-SHA-512 when SCRAM-SHA-256 has no credential for the user."""
+    data = tmp_path / "data"
+    formatted = subprocess.run(
+        [
+            sys.executable, "-m", "oncelog", "storage", "format", "--data-dir", str(data),
+            "--add-scram", "SCRAM-SHA-512=[name=carol,password=carol-pw,iterations=4096]",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )  # fmt: skip
+    assert formatted.returncode == 0, formatted.stderr
+    proc = SecureBroker(
+        data,
+        {
+            "listeners": "SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "SCRAM-SHA-256,SCRAM-SHA-512",
+            "security.inter.broker.protocol": "SASL_PLAINTEXT",
+            "offsets.topic.num.partitions": "2",
+            "http.listeners": "http://127.0.0.1:0",
+        },
+    ).start()
+    try:
+        url = console(proc)
+        assert get(url + "api/whoami", "carol", "wrong")[0] == 401
+        status, me = get(url + "api/whoami", "carol", "carol-pw")
+        assert (status, me) == (200, {"user": "carol", "may_abort": True})  # no authorizer
+        status, cluster = get(url + "api/cluster", "carol", "carol-pw")
+        assert status == 200
+        assert cluster["brokers"][0]["port"] == proc.ports["SASL_PLAINTEXT"]
+    finally:
+        proc.kill()

@@ -5,6 +5,7 @@ broker (/metrics, request validation, the authentication and authorization hooks
 from __future__ import annotations
 
 import asyncio
+import base64
 import struct
 from typing import Any
 
@@ -259,3 +260,17 @@ def test_authentication_hook() -> None:
         "127.0.0.1:1", authenticate=authenticate, may_abort=lambda user: user == "admin"
     )
     asyncio.run(_with_client(settings, check))
+
+
+def test_parse_basic() -> None:
+    from oncelog.console.auth import parse_basic
+
+    token = base64.b64encode(b"alice:pa:ss").decode()
+    assert parse_basic(f"Basic {token}") == ("alice", "pa:ss")
+    assert parse_basic(f"basic  {token}") == ("alice", "pa:ss")
+    assert parse_basic("Bearer abc") is None
+    assert parse_basic("Basic") is None
+    assert parse_basic("Basic !!!") is None
+    assert parse_basic("Basic " + base64.b64encode(b"no-colon").decode()) is None
+    assert parse_basic("Basic " + base64.b64encode(b":pw").decode()) is None
+    assert parse_basic("Basic " + base64.b64encode(b"\xff:x").decode()) is None
