@@ -137,6 +137,7 @@ class BrokerServer:
                 config.get_int("replica.socket.timeout.ms") / 1000,
                 f"broker-{config.node_id}-txn-marker-sender",
             )
+            self.markers.security = self.cluster.channel_security
             self.txns.send_markers = self._send_markers
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0

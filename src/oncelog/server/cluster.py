@@ -66,6 +66,7 @@ from oncelog.server.etcd import (
     WatchLost,
     parse_etcd_connect,
 )
+from oncelog.server.inter_broker import inter_broker_security
 from oncelog.server.replica_fetcher import ReplicaFetcher
 from oncelog.server.startup import StartupError
 from oncelog.server.txn_verifier import TxnVerifier
@@ -108,6 +109,9 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
             )
         )
         self.fetcher = ReplicaFetcher(replicas, self._address_of)
+        #: How this broker's clients reach its peers' inter-broker listener (TLS, SASL).
+        self.channel_security = inter_broker_security(config)
+        self.fetcher.security = self.channel_security
         self.verifier = TxnVerifier(
             self.view,
             config.get_int("replica.socket.timeout.ms") / 1000,
@@ -115,6 +119,7 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
             f"broker-{config.node_id}-txn-verifier",
         )
         replicas.isr_change_listener = self._propose_isr
+        self.verifier.security = self.channel_security
         self.store: EtcdStore | None = None
         self.lease: Lease | None = None
         self.registration: cs.BrokerRegistration | None = None

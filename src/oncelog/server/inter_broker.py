@@ -5,20 +5,35 @@ what any tool could send and see. One `BrokerChannel` per peer keeps one connect
 sends one request at a time (a follower's fetches to one leader are sequential anyway);
 every call has a timeout, and any failure closes the connection so the next call opens a
 new one: a peer that restarted or stopped answering is found out by the next request.
+
+Peers are reached on their `inter.broker.listener.name` listener (the host and port of their
+registration) with its protocol, as Kafka's brokers do: TLS with that listener's truststore,
+SASL with `sasl.mechanism.inter.broker.protocol` and the `username` / `password` of the
+listener's JAAS config (`ChannelSecurity`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 import struct
 from collections.abc import Mapping
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
 from kio.serial import entity_reader
 
+from oncelog.config import BrokerConfig
+from oncelog.errors import InvalidConfig
 from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
 from oncelog.protocol.headers import API_VERSIONS_KEY
+from oncelog.security.jaas import client_login, parse_jaas
+from oncelog.security.plain import client_message
+from oncelog.security.sasl_errors import SaslFailed
+from oncelog.security.scram import ScramClient
+from oncelog.server.startup import StartupError
+from oncelog.server.tls import client_context
 
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
@@ -32,11 +47,64 @@ class PeerUnavailable(Exception):
     """The peer cannot be reached, closed the connection or did not answer in time."""
 
 
+SASL_HANDSHAKE, SASL_AUTHENTICATE = 17, 36
+
+
+@dataclass(frozen=True, slots=True)
+class ChannelSecurity:
+    """How this broker's clients reach the inter-broker listener of its peers."""
+
+    ssl_context: ssl.SSLContext | None = None
+    mechanism: str | None = None
+    username: str = ""
+    password: str = ""
+
+
+def inter_broker_security(config: BrokerConfig) -> ChannelSecurity | None:
+    """From the inter-broker listener's protocol; None for PLAINTEXT. StartupError (one
+    line) when its SASL login or TLS trust cannot be set up."""
+    try:
+        listener = config.inter_broker_listener_name
+        protocol = config.security_protocol(listener)
+    except InvalidConfig as exc:
+        raise StartupError(str(exc)) from exc
+    if protocol == "PLAINTEXT":
+        return None
+    context = client_context(config, listener) if protocol in ("SSL", "SASL_SSL") else None
+    if protocol == "SSL":
+        return ChannelSecurity(context)
+    mechanism = config.get("sasl.mechanism.inter.broker.protocol")
+    if not mechanism:
+        enabled = config.listener_setting(listener, "sasl.enabled.mechanisms")
+        assert isinstance(enabled, list) and enabled
+        mechanism = enabled[0]
+    assert isinstance(mechanism, str)
+    text = config.jaas_config(listener, mechanism)
+    try:
+        login = client_login(parse_jaas(text)) if text is not None else None
+    except InvalidConfig as exc:
+        raise StartupError(f"inter-broker listener {listener}: {exc}") from exc
+    if login is None:
+        raise StartupError(
+            f"inter-broker listener {listener} uses {protocol}: its JAAS config for {mechanism} "
+            f"(listener.name.{listener.lower()}.{mechanism.lower()}.sasl.jaas.config or "
+            "sasl.jaas.config) needs username and password"
+        )
+    return ChannelSecurity(context, mechanism, *login)
+
+
 class BrokerChannel:
     def __init__(
-        self, node_id: int, host: str, port: int, timeout_s: float, client_id: str
+        self,
+        node_id: int,
+        host: str,
+        port: int,
+        timeout_s: float,
+        client_id: str,
+        security: ChannelSecurity | None = None,
     ) -> None:
         self.node_id = node_id
+        self.security = security
         #: Names the sending broker and its purpose, as Kafka's `broker-1-fetcher-0` does:
         #: the peer's logs (and fault-injecting proxies in tests) can tell who is calling.
         self.client_id = client_id.encode()
@@ -60,7 +128,9 @@ class BrokerChannel:
                 return await asyncio.wait_for(
                     self._call(api_key, version, body), timeout_s or self.timeout_s
                 )
-            except (OSError, EOFError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            except (
+                OSError, EOFError, TimeoutError, asyncio.IncompleteReadError, SaslFailed
+            ) as exc:  # fmt: skip
                 self.close()
                 raise PeerUnavailable(
                     f"broker {self.node_id} at {self.host}:{self.port}: {exc or type(exc).__name__}"
@@ -71,8 +141,36 @@ class BrokerChannel:
 
     async def _call(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
         if self._writer is None:
-            self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
-        assert self._reader is not None
+            context = self.security.ssl_context if self.security is not None else None
+            self._reader, self._writer = await asyncio.open_connection(
+                self.host, self.port, ssl=context, server_hostname=self.host if context else None
+            )
+            if self.security is not None and self.security.mechanism is not None:
+                await self._authenticate(self.security)
+        return await self._request(api_key, version, body)
+
+    async def _authenticate(self, security: ChannelSecurity) -> None:
+        """SaslHandshake v1, then SaslAuthenticate v2 rounds (SaslFailed on a refusal)."""
+        mechanism = security.mechanism
+        assert mechanism is not None
+        shake = await self._request(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
+        if shake.error_code != 0:
+            raise SaslFailed(f"{mechanism} refused by the peer (error {int(shake.error_code)})")
+        if mechanism == "PLAIN":
+            await self._sasl_round(client_message(security.username, security.password))
+            return
+        scram = ScramClient(mechanism, security.username, security.password)
+        server_first = await self._sasl_round(scram.first())
+        scram.verify(await self._sasl_round(scram.final(server_first)))
+
+    async def _sasl_round(self, token: bytes) -> bytes:
+        answer = await self._request(SASL_AUTHENTICATE, 2, {"auth_bytes": token})
+        if answer.error_code != 0:
+            raise SaslFailed(f"SASL login refused by the peer: {answer.error_message}")
+        return bytes(answer.auth_bytes)
+
+    async def _request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+        assert self._reader is not None and self._writer is not None
         self._correlation += 1
         flexible = is_flexible(api_key, version)
         client_id = self.client_id

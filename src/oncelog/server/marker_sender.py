@@ -23,7 +23,7 @@ from oncelog.broker.cluster_view import ClusterView
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import ApiKey
-from oncelog.server.inter_broker import BrokerChannel, PeerUnavailable
+from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +48,8 @@ class TxnMarkerSender:
         self.client_id = client_id
         self.timeout_s = timeout_s
         self._channels: dict[int, BrokerChannel] = {}
+        #: TLS / SASL to the peers' inter-broker listener (set by the server).
+        self.security: ChannelSecurity | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def send(
@@ -128,7 +130,12 @@ class TxnMarkerSender:
             if channel is not None:
                 channel.close()
             channel = BrokerChannel(
-                leader, registration.host, registration.port, self.timeout_s, self.client_id
+                leader,
+                registration.host,
+                registration.port,
+                self.timeout_s,
+                self.client_id,
+                self.security,
             )
             self._channels[leader] = channel
         try:

@@ -28,7 +28,7 @@ from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.registry import ApiKey
 from oncelog.replication.follower import FollowerPhase, follower_high_watermark, truncation_offset
-from oncelog.server.inter_broker import BrokerChannel, PeerUnavailable
+from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,8 @@ class ReplicaFetcher:
         self.partition_max_bytes = config.get_int("replica.fetch.max.bytes")
         self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
         self.timeout_s = config.get_int("replica.socket.timeout.ms") / 1000
+        #: TLS / SASL to the leaders' inter-broker listener (set by the cluster runtime).
+        self.security: ChannelSecurity | None = None
         self._following: dict[int, set[TopicPartition]] = {}
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._kick: dict[int, asyncio.Event] = {}
@@ -112,6 +114,7 @@ class ReplicaFetcher:
                     address[1],
                     self.timeout_s,
                     f"broker-{self.node_id}-fetcher",
+                    self.security,
                 )
             try:
                 truncating = [r for r in replicas if _phase(r) == FollowerPhase.TRUNCATING]

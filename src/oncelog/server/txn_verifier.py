@@ -18,7 +18,7 @@ from oncelog.broker.cluster_view import ClusterView, PendingOp
 from oncelog.coordinator.group.records import partition_for
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import ApiKey
-from oncelog.server.inter_broker import BrokerChannel, PeerUnavailable
+from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -40,6 +40,8 @@ class TxnVerifier:
         self.timeout_s = timeout_s
         self.wake = wake
         self._channels: dict[int, BrokerChannel] = {}
+        #: TLS / SASL to the peers' inter-broker listener (set by the cluster runtime).
+        self.security: ChannelSecurity | None = None
 
     def verify(
         self, txn_id: str, producer_id: int, epoch: int, partitions: list[TopicPartition]
@@ -125,6 +127,7 @@ class TxnVerifier:
                 registration.port,
                 self.timeout_s,
                 self.client_id,
+                self.security,
             )
             self._channels[registration.node_id] = channel
         return channel
