@@ -131,8 +131,9 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "http.listeners",
         C.LIST,
         "",
-        doc="oncelog: the HTTP listener (/metrics, the web console), http://HOST:PORT; "
-        "empty: off. Port 0 picks a free port, printed in the ready line.",
+        doc="oncelog: the HTTP listener (/metrics, the web console), http://HOST:PORT or "
+        "https://HOST:PORT (listener.name.https.ssl.* or ssl.*); empty: off. Port 0 picks a "
+        "free port, printed in the ready line.",
     ),
     ConfigDef("log.dirs", C.LIST, None, doc="Defaults to log.dir."),
     ConfigDef("log.dir", C.STRING, "./oncelog-data"),

@@ -39,7 +39,8 @@ def test_http_listeners_parse() -> None:
     assert parse(["HTTP://localhost:0/"]) == HttpListener("localhost", 0)
     assert parse(["http://[::1]:80"]) == HttpListener("::1", 80)
     assert parse(["http://:8080"]) == HttpListener("0.0.0.0", 8080)
-    for bad in ("127.0.0.1:9644", "https://127.0.0.1:1", "http://h:99999", "http://h"):
+    assert parse(["https://127.0.0.1:9645"]) == HttpListener("127.0.0.1", 9645, tls=True)
+    for bad in ("127.0.0.1:9644", "ftp://127.0.0.1:1", "http://h:99999", "http://h"):
         with pytest.raises(HttpListenerError, match="http://HOST:PORT"):
             parse([bad])
 
@@ -48,6 +49,7 @@ def test_http_listener_url() -> None:
     assert HttpListener("0.0.0.0", 0).url(9644) == "http://127.0.0.1:9644/"
     assert HttpListener("::1", 80).url() == "http://[::1]:80/"
     assert HttpListener("127.0.0.1", 9644).url() == "http://127.0.0.1:9644/"
+    assert HttpListener("localhost", 1, tls=True).url() == "https://localhost:1/"
 
 
 def test_bind_a_taken_port_is_one_line() -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import ssl
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -102,22 +103,29 @@ def run(args: argparse.Namespace) -> int:
         print(f"oncelog: configuration error: {exc}", file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
     config.warn_unknown()
-    return run_broker(config, [HttpCompanion(http)] if http is not None else [])
+    return run_broker(config, [HttpCompanion(http, config)] if http is not None else [])
 
 
 class HttpCompanion:
     """The HTTP listener beside the broker (server.app.Companion): /metrics renders the
     broker's registry; the console reads the broker through its own Kafka listener."""
 
-    def __init__(self, listener: HttpListener) -> None:
+    def __init__(self, listener: HttpListener, config: BrokerConfig) -> None:
         self.listener = listener
+        self.config = config
         self._sock: socket.socket | None = None
+        self._ssl: ssl.SSLContext | None = None
         self._server: ConsoleServer | None = None
 
     def bind(self) -> None:
         from oncelog.console.listener import HttpListenerError, bind
         from oncelog.server.startup import StartupError
 
+        if self.listener.tls:
+            from oncelog.server.tls import server_context
+
+            # listener.name.https.ssl.* or the broker's ssl.*; a bad setting stops the start
+            self._ssl = server_context(self.config, "HTTPS")
         try:
             self._sock = bind(self.listener)
         except HttpListenerError as exc:
@@ -133,7 +141,7 @@ class HttpCompanion:
         assert self._sock is not None and server.dispatcher is not None
         metrics = server.dispatcher.broker.metrics
         settings = console_settings(server, getattr(metrics, "registry", None))
-        self._server = ConsoleServer(settings, self._sock)
+        self._server = ConsoleServer(settings, self._sock, self._ssl)
         port = await self._server.start()
         return f"console {self.listener.url(port)}"
 

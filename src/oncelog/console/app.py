@@ -17,6 +17,7 @@ import asyncio
 import json
 import logging
 import socket
+import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -102,9 +103,15 @@ def make_app(settings: ConsoleSettings) -> web.Application:
 class ConsoleServer:
     """The app served on a socket bound beforehand (`listener.bind`), on the running loop."""
 
-    def __init__(self, settings: ConsoleSettings, sock: socket.socket) -> None:
+    def __init__(
+        self,
+        settings: ConsoleSettings,
+        sock: socket.socket,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
         self._runner = web.AppRunner(make_app(settings), access_log=None)
         self._sock = sock
+        self._ssl = ssl_context
 
     @property
     def port(self) -> int:
@@ -112,7 +119,8 @@ class ConsoleServer:
 
     async def start(self) -> int:
         await self._runner.setup()
-        await web.SockSite(self._runner, self._sock, shutdown_timeout=1.0).start()
+        site = web.SockSite(self._runner, self._sock, shutdown_timeout=1.0, ssl_context=self._ssl)
+        await site.start()
         return self.port
 
     async def stop(self) -> None:

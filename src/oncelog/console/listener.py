@@ -1,7 +1,8 @@
 """`http.listeners`: where the HTTP listener (/metrics, the web console) binds.
 
-Kafka-style: a list of `http://HOST:PORT`; empty (the default) turns the listener off. Only
-the first entry is served, as with `listeners`. Port 0 binds any free port; the ready line
+Kafka-style: a list of `http://HOST:PORT` or `https://HOST:PORT` (TLS with the broker's
+`ssl.keystore.*`, or `listener.name.https.ssl.*`); empty (the default) turns the listener off.
+Only the first entry is served, as with `listeners`. Port 0 binds any free port; the ready line
 prints the bound one.
 """
 
@@ -11,7 +12,7 @@ import re
 import socket
 from dataclasses import dataclass
 
-_SPEC = re.compile(r"(?i:http)://\[?([^\]/]*?)\]?:(\d+)/?")
+_SPEC = re.compile(r"((?i:https?))://\[?([^\]/]*?)\]?:(\d+)/?")
 
 
 class HttpListenerError(Exception):
@@ -22,6 +23,7 @@ class HttpListenerError(Exception):
 class HttpListener:
     host: str
     port: int
+    tls: bool = False
 
     def url(self, port: int | None = None) -> str:
         """The console's URL; a wildcard host is shown as loopback, which always reaches it."""
@@ -30,7 +32,8 @@ class HttpListener:
             host = "::1"
         if ":" in host:
             host = f"[{host}]"
-        return f"http://{host}:{self.port if port is None else port}/"
+        scheme = "https" if self.tls else "http"
+        return f"{scheme}://{host}:{self.port if port is None else port}/"
 
 
 def parse(values: list[str]) -> HttpListener | None:
@@ -39,16 +42,18 @@ def parse(values: list[str]) -> HttpListener | None:
     if not entries:
         return None
     match = _SPEC.fullmatch(entries[0])
-    if match is None or int(match.group(2)) > 65535:
+    if match is None or int(match.group(3)) > 65535:
         raise HttpListenerError(
-            f"Invalid http.listeners entry {entries[0]!r}: expected http://HOST:PORT"
+            f"Invalid http.listeners entry {entries[0]!r}: expected http://HOST:PORT "
+            "or https://HOST:PORT"
         )
-    return HttpListener(match.group(1) or "0.0.0.0", int(match.group(2)))
+    tls = match.group(1).lower() == "https"
+    return HttpListener(match.group(2) or "0.0.0.0", int(match.group(3)), tls)
 
 
 def bind(listener: HttpListener) -> socket.socket:
     """Bind (not yet listen) the HTTP port, so a taken port stops the broker at start-up."""
-    where = f"http://{listener.host}:{listener.port}"
+    where = f"{'https' if listener.tls else 'http'}://{listener.host}:{listener.port}"
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             listener.host, listener.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
