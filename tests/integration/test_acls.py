@@ -368,3 +368,49 @@ def test_oncelog_acls_cli(broker_factory: type[BrokerProcess]) -> None:
     assert bad.stderr.strip().splitlines() == [
         "Error: ResourceType GROUP only supports operations READ, DESCRIBE, DELETE, ALL"
     ]
+
+
+def test_bad_acl_requests_get_invalid_request(broker_factory: type[BrokerProcess]) -> None:
+    from kio.schema.create_acls.v3.request import AclCreation, CreateAclsRequest
+    from kio.schema.describe_acls.v3.request import DescribeAclsRequest
+    from kio.static.primitive import i8
+
+    from oncelog.protocol.codec import encode_entity
+    from tests.integration.rawclient import RawClient
+
+    broker = broker_factory(
+        overrides={"authorizer.class.name": STANDARD, "super.users": ANON}
+    ).start()
+
+    def creation(rtype: int, name: str, pattern: int, principal: str, op: int) -> AclCreation:
+        return AclCreation(
+            resource_type=i8(rtype), resource_name=name, resource_pattern_type=i8(pattern),
+            principal=principal, host="*", operation=i8(op), permission_type=i8(3),
+        )  # fmt: skip
+
+    creations = (
+        creation(99, "t", 3, ANON, 3),  # unknown resource type
+        creation(2, "t", 2, ANON, 3),  # MATCH is a filter, not a pattern
+        creation(2, "", 3, ANON, 3),  # empty name
+        creation(2, "t", 3, "alice", 3),  # principal without a type
+        creation(4, "other", 3, ANON, 7),  # the cluster is kafka-cluster
+        creation(2, "t", 3, ANON, 1),  # ANY is not an operation
+        creation(2, "t", 3, ANON, 3),  # fine
+    )
+    with RawClient(broker.port) as client:
+        answer = client.call(30, 3, encode_entity(CreateAclsRequest(creations=creations)))
+        assert [r.error_code for r in answer.results] == [42] * 6 + [0]
+        describe = DescribeAclsRequest(
+            resource_type_filter=i8(2), resource_name_filter=None, pattern_type_filter=i8(1),
+            principal_filter=None, host_filter=None, operation=i8(77), permission_type=i8(1),
+        )  # fmt: skip
+        answer = client.call(29, 3, encode_entity(describe))
+        assert answer.error_code == 42
+        everything = DescribeAclsRequest(
+            resource_type_filter=i8(1), resource_name_filter=None, pattern_type_filter=i8(1),
+            principal_filter=None, host_filter=None, operation=i8(1), permission_type=i8(1),
+        )  # fmt: skip
+        answer = client.call(29, 3, encode_entity(everything))
+        assert answer.error_code == 0
+        assert [(r.resource_type, r.resource_name) for r in answer.resources] == [(2, "t")]
+    assert broker.alive()
