@@ -231,6 +231,9 @@ def test_abort_checks_before_reaching_the_cluster() -> None:
         assert form.status == 415
         bad = await client.post("/api/transactions/abort", json={"topic": "t"})
         assert bad.status == 400 and "partition" in (await bad.json())["error"]
+        bad_threshold = await client.get("/api/transactions?max_transaction_timeout_ms=x")
+        assert bad_threshold.status == 400
+        assert (await client.get("/api/transactions?max_transaction_timeout_ms=-1")).status == 400
         unreachable = await client.post("/api/transactions/abort", json=body)
         assert unreachable.status == 502
         assert "cannot connect to 127.0.0.1:1" in (await unreachable.json())["error"]
