@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
@@ -22,11 +23,23 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaConsumer, KafkaProducer
 
+from oncelog.config import BrokerConfig
+from oncelog.server.inter_broker import (
+    BrokerChannel,
+    ChannelSecurity,
+    PeerUnavailable,
+    inter_broker_security,
+)
 from tests.integration.rawclient import API_VERSIONS, api_versions_body, request
-from tests.integration.secure_broker import Certs, SecureBroker, make_certs
+from tests.integration.secure_broker import SCRAM_MODULE, Certs, SecureBroker, make_certs
 
 LISTENERS = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
 SCRAM = "SCRAM-SHA-512"
+METADATA_BODY = {
+    "topics": [],
+    "allow_auto_topic_creation": False,
+    "include_topic_authorized_operations": False,
+}
 
 
 def format_dir(data: Path, *users: str) -> None:
@@ -300,3 +313,37 @@ def test_bad_tls_config_is_one_line(
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and expected in lines[0], result.stderr
     assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_broker_channel_over_sasl_ssl_with_scram(broker: SecureBroker, certs: Certs) -> None:
+    """The broker's own client (replica fetcher, marker sender, verifier) reaches a
+    SASL_SSL inter-broker listener: TLS with its truststore (the host name checked), then
+    SCRAM with the listener's JAAS login; a wrong password is refused."""
+
+    def security(password: str) -> ChannelSecurity | None:
+        jaas = f'{SCRAM_MODULE} required username="alice" password="{password}";'
+        return inter_broker_security(
+            BrokerConfig(
+                {
+                    "listeners": "SASL_SSL://127.0.0.1:0",
+                    "ssl.keystore.location": str(certs.broker_keystore),
+                    "ssl.truststore.location": str(certs.ca),
+                    "sasl.enabled.mechanisms": SCRAM,
+                    "listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config": jaas,
+                }
+            )
+        )
+
+    async def metadata(sec: ChannelSecurity | None) -> Any:
+        channel = BrokerChannel(1, "127.0.0.1", broker.ports["SASL_SSL"], 10, "t", sec)
+        try:
+            return await channel.call(3, 12, METADATA_BODY)
+        finally:
+            channel.close()
+
+    good = security("alice-pw")
+    assert good is not None and good.ssl_context is not None and good.mechanism == SCRAM
+    answer = asyncio.run(metadata(good))
+    assert [b.port for b in answer.brokers] == [broker.ports["SASL_SSL"]]
+    with pytest.raises(PeerUnavailable, match="invalid credentials"):
+        asyncio.run(metadata(security("wrong")))
