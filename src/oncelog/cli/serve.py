@@ -29,6 +29,9 @@ When it is ready it prints one line on stdout, with the bound port (useful with 
 With http.listeners set (e.g. --override http.listeners=http://127.0.0.1:9644) the line
 ends with the HTTP listener's URL (/metrics and the web console):
   oncelog broker NODE_ID ready on HOST:PORT (log.dirs=DIRS), console http://HOST:PORT/
+With several Kafka listeners (listeners=PLAINTEXT://...,SASL_SSL://...) HOST:PORT is the
+first one's and the line names every listener's bound port before the console's:
+  ..., listeners=PLAINTEXT://HOST:PORT,SASL_SSL://HOST:PORT
 
 Configuration uses Kafka's broker keys, names and defaults: the properties file is read
 first, then --override and the shortcuts win over it. The keys are listed in README.md,
