@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -111,3 +113,50 @@ def make_certs(directory: Path, client_subject: str = "/CN=client-one/O=oncelog"
         directory / "client.key",
         directory / "client.pem",
     )
+
+
+class SecureCluster:
+    """Three SecureBrokers sharing one etcd (tests/etcd_server.py), each with `overrides`."""
+
+    def __init__(self, base: Path, overrides: dict[str, str], size: int = 3) -> None:
+        from tests.cluster_process import FAST
+        from tests.etcd_server import EtcdServer
+
+        self.etcd = EtcdServer(base / "etcd")
+        self.brokers = {
+            n: SecureBroker(base / f"broker-{n}", {**FAST, **overrides, "node.id": str(n)})
+            for n in range(1, size + 1)
+        }
+
+    def start(self) -> SecureCluster:
+        self.etcd.start()
+        for broker in self.brokers.values():
+            broker.overrides["etcd.connect"] = self.etcd.endpoint
+        threads = [threading.Thread(target=b.start) for b in self.brokers.values()]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        missing = [n for n, b in self.brokers.items() if not b.alive()]
+        if missing:
+            tails = "\n".join(self.brokers[n].log_tail() for n in missing)
+            self.close()
+            raise RuntimeError(f"brokers {missing} did not start:\n{tails}")
+        return self
+
+    def bootstrap_of(self, listener: str, nodes: tuple[int, ...] = (1, 2, 3)) -> str:
+        return ",".join(self.brokers[n].bootstrap_of(listener) for n in nodes)
+
+    def close(self) -> None:
+        for broker in self.brokers.values():
+            broker.kill()
+        self.etcd.close()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what}")

@@ -6,10 +6,9 @@ SCRAM credentials altered through one broker are seen by every broker (etcd)."""
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,9 +29,7 @@ from oncelog.server.inter_broker import (
     PeerUnavailable,
     inter_broker_security,
 )
-from tests.cluster_process import FAST
-from tests.etcd_server import EtcdServer
-from tests.integration.secure_broker import SecureBroker, plain_jaas
+from tests.integration.secure_broker import SecureBroker, SecureCluster, plain_jaas, wait_for
 
 LISTENER = "SASL_PLAINTEXT"
 USERS = {"broker": "broker-secret", "admin": "admin-secret"}
@@ -43,70 +40,38 @@ METADATA_BODY = {
 }
 
 
-class SaslCluster:
+class SaslCluster(SecureCluster):
     def __init__(self, base: Path) -> None:
-        self.etcd = EtcdServer(base / "etcd")
-        self.brokers = {
-            n: SecureBroker(
-                base / f"broker-{n}",
-                {
-                    **FAST,
-                    "node.id": str(n),
-                    "listeners": f"{LISTENER}://127.0.0.1:0",
-                    "inter.broker.listener.name": LISTENER,
-                    "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
-                    "sasl.mechanism.inter.broker.protocol": "PLAIN",
-                    "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(
-                        USERS, login=("broker", USERS["broker"])
-                    ),
-                    "transaction.state.log.num.partitions": "3",
-                    "offsets.topic.num.partitions": "3",
-                },
-            )
-            for n in (1, 2, 3)
-        }
-
-    def start(self) -> SaslCluster:
-        self.etcd.start()
-        for broker in self.brokers.values():
-            broker.overrides["etcd.connect"] = self.etcd.endpoint
-        threads = [threading.Thread(target=b.start) for b in self.brokers.values()]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        missing = [n for n, b in self.brokers.items() if not b.alive()]
-        assert not missing, "\n".join(self.brokers[n].log_tail() for n in missing)
-        return self
+        super().__init__(
+            base,
+            {
+                "listeners": f"{LISTENER}://127.0.0.1:0",
+                "inter.broker.listener.name": LISTENER,
+                "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256",
+                "sasl.mechanism.inter.broker.protocol": "PLAIN",
+                "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(
+                    USERS, login=("broker", USERS["broker"])
+                ),
+                "transaction.state.log.num.partitions": "3",
+                "offsets.topic.num.partitions": "3",
+            },
+        )
 
     def conf(self, nodes: tuple[int, ...] = (1, 2, 3), **login: str) -> dict[str, object]:
         user = login.get("user", "admin")
         return {
-            "bootstrap.servers": ",".join(self.brokers[n].bootstrap_of(LISTENER) for n in nodes),
+            "bootstrap.servers": self.bootstrap_of(LISTENER, nodes),
             "security.protocol": LISTENER,
             "sasl.mechanism": login.get("mechanism", "PLAIN"),
             "sasl.username": user,
             "sasl.password": login.get("password", USERS.get(user, "")),
         }
 
-    def close(self) -> None:
-        for broker in self.brokers.values():
-            broker.kill()
-        self.etcd.close()
-
-
-def wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
-
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslCluster]:
-    running = SaslCluster(tmp_path_factory.mktemp("sasl-cluster")).start()
+    running = SaslCluster(tmp_path_factory.mktemp("sasl-cluster"))
+    running.start()
     yield running
     running.close()
 

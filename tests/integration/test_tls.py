@@ -11,6 +11,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,7 +32,14 @@ from oncelog.server.inter_broker import (
     inter_broker_security,
 )
 from tests.integration.rawclient import API_VERSIONS, api_versions_body, request
-from tests.integration.secure_broker import SCRAM_MODULE, Certs, SecureBroker, make_certs
+from tests.integration.secure_broker import (
+    SCRAM_MODULE,
+    Certs,
+    SecureBroker,
+    SecureCluster,
+    make_certs,
+    wait_for,
+)
 
 LISTENERS = "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0,SASL_SSL://127.0.0.1:0"
 SCRAM = "SCRAM-SHA-512"
@@ -347,3 +355,43 @@ def test_broker_channel_over_sasl_ssl_with_scram(broker: SecureBroker, certs: Ce
     assert [b.port for b in answer.brokers] == [broker.ports["SASL_SSL"]]
     with pytest.raises(PeerUnavailable, match="invalid credentials"):
         asyncio.run(metadata(security("wrong")))
+
+
+def test_cluster_over_ssl_with_client_certificates(tmp_path: Path, certs: Certs) -> None:
+    """Three brokers whose only listener is SSL with `ssl.client.auth=required`: followers
+    fetch over TLS presenting the key store's certificate, checking the peer's host name."""
+    cluster = SecureCluster(
+        tmp_path,
+        {
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.keystore.location": str(certs.broker_keystore),
+            "ssl.truststore.location": str(certs.ca),
+            "ssl.client.auth": "required",
+            "offsets.topic.num.partitions": "3",
+        },
+    ).start()
+    try:
+        settings = {
+            **ssl_conf(cluster.brokers[1], certs),
+            "bootstrap.servers": cluster.bootstrap_of("SSL"),
+        }
+        admin = AdminClient(settings)
+        wait_for(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 30, "3 brokers")
+        topic = f"ssl-rep-{uuid.uuid4().hex[:8]}"
+        for future in admin.create_topics([NewTopic(topic, 2, 3)]).values():
+            future.result(30)
+        producer = Producer({**settings, "acks": "all", "enable.idempotence": True})
+        for i in range(20):
+            producer.produce(topic, value=b"r%d" % i)
+        assert producer.flush(60) == 0
+
+        def isr_full() -> bool:
+            meta = admin.list_topics(topic, timeout=10).topics[topic]
+            return all(len(p.isrs) == 3 for p in meta.partitions.values())
+
+        # acks=all needed both followers' fetches over TLS; they are still in sync after
+        # replica.lag.time.max.ms
+        time.sleep(4.5)
+        wait_for(isr_full, 30, "every replica in sync")
+    finally:
+        cluster.close()
