@@ -46,14 +46,19 @@ _TRANSACTIONAL = 0x10
 def _unauthorized(ctx: RequestContext, request: Any) -> dict[TopicPartition, ErrorCode]:
     """Kafka's checks, before anything is appended: transactional batches need Write on the
     request's transactional id (else every partition fails), each topic Write."""
-    if not authz.enabled(ctx):
-        return {}
     txn_id = getattr(request, "transactional_id", None)
+    enabled = authz.enabled(ctx)
+    if not enabled and txn_id is not None:
+        return {}
+    # Transactional batches in a request without a transactional id fail whole, authorizer
+    # or not (Kafka's KafkaApis.handleProduceRequest); one byte per partition is read.
     transactional = txn_id is not None or any(
         len(p.records or b"") > 22 and (p.records[22] & _TRANSACTIONAL)
         for t in request.topic_data
         for p in t.partition_data
     )
+    if not enabled and not transactional:
+        return {}
     txn_denied = transactional and (
         not txn_id or not authz.transactional_id(ctx, Op.WRITE, txn_id)
     )
