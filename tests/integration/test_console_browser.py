@@ -2,15 +2,17 @@
 Playwright): a broker with the HTTP listener on port 0, real traffic from confluent-kafka (an
 idempotent producer, a consumer group with committed offsets and lag, a transactional
 producer killed inside its transaction), each page loaded and checked against the numbers
-that traffic must produce, screenshots saved to docs/screenshots/, and a hanging
+that traffic must produce, screenshots saved, and a hanging
 transaction aborted with a click, after which the LSO has moved."""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -41,7 +43,14 @@ CHROMIUM_ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+#: Screenshots go to a temporary directory; ONCELOG_UPDATE_SCREENSHOTS=1 writes the README's
+#: copies in docs/screenshots/ instead (so a test run leaves the working tree as it was).
+DOCS_SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+SCREENSHOTS = (
+    DOCS_SCREENSHOTS
+    if os.environ.get("ONCELOG_UPDATE_SCREENSHOTS") == "1"
+    else Path(tempfile.gettempdir()) / f"oncelog-console-screenshots-{os.getpid()}"
+)
 OVERRIDES = {
     "http.listeners": "http://127.0.0.1:0",
     "transaction.state.log.num.partitions": "2",
