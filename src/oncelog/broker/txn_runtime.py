@@ -126,15 +126,41 @@ class TxnRuntime:
             return ErrorCode.none
         return self.coordinator.verify_partition(producer_id, epoch, tp)
 
+    def answer_when_replicated(self, txn_id: str) -> None:
+        """In a cluster, hold the answer of a request about `txn_id` until every record of
+        its `__transaction_state` partition appended so far is replicated.
+
+        The coordinator applies a record when it appends it, before followers have it, and
+        a request that writes nothing (a retried AddPartitionsToTxn, a KIP-890 verification)
+        is answered from that state. Were it answered at once, a failover could elect a
+        follower without the record and the client would have been told of a transaction
+        state the new coordinator never saw (Kafka keeps such a transition pending, answering
+        CONCURRENT_TRANSACTIONS, until its append is replicated). The dispatcher holds the
+        answer as it does for the request's own writes: until the high watermark covers the
+        records, or closes the connection if the leadership moves first."""
+        if not self.clustered:
+            return
+        tp = TopicPartition(TXN_TOPIC, partition_for(txn_id, self.partitions))
+        replica = self.replicas.replicas_by_tp.get(tp)
+        if replica is None or replica.leader is None:
+            return
+        end = replica.log.log_end_offset
+        if replica.log.high_watermark < end:
+            self.replicas.coordinator_writes.append((tp, end, replica.leader_epoch))
+
     def ensure_topic(self) -> None:
         configs = internal_topic_configs(self.segment_bytes)
         self.replicas.ensure_internal_topic(TXN_TOPIC, self.partitions, configs)
 
     # -- operations --------------------------------------------------------------------------
 
-    def run(self, result: TxnResult) -> ErrorCode:
+    def run(self, result: TxnResult, txn_id: str | None = None) -> ErrorCode:
         """Persist and replay `result`'s records, finish the transaction it decided, and
-        return the error to answer with."""
+        return the error to answer with. With `txn_id` (a client's request) the answer
+        also waits until the state it was read from is replicated (`answer_when_replicated`).
+        """
+        if txn_id is not None:
+            self.answer_when_replicated(txn_id)
         if result.records:
             try:
                 self._persist(result.records)

@@ -24,5 +24,6 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     result = ctx.broker.txns.coordinator.add_partitions(
         request.transactional_id, request.producer_id, request.producer_epoch, [tp]
     )
-    code = for_version(ctx.broker.txns.run(result), ctx.api_key, ctx.api_version)
+    error = ctx.broker.txns.run(result, request.transactional_id)
+    code = for_version(error, ctx.api_key, ctx.api_version)
     return {"throttle_time": 0, "error_code": code}

@@ -53,7 +53,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             request.v3_and_below_producer_epoch,
             tps,
         )
-        code = for_version(txns.run(result), ctx.api_key, ctx.api_version)
+        error = txns.run(result, request.v3_and_below_transactional_id)
+        code = for_version(error, ctx.api_key, ctx.api_version)
         codes = dict.fromkeys(tps, code)
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, code in codes.items():
@@ -77,7 +78,7 @@ def _batched(ctx: RequestContext, request: Any) -> dict[str, Any]:
             result = txns.coordinator.add_partitions(
                 txn.transactional_id, txn.producer_id, txn.producer_epoch, tps
             )
-            codes = dict.fromkeys(tps, txns.run(result))
+            codes = dict.fromkeys(tps, txns.run(result, txn.transactional_id))
         by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for tp, code in codes.items():
             by_topic[tp.topic].append(
@@ -101,4 +102,5 @@ def _verify(ctx: RequestContext, txn: Any, tp: TopicPartition) -> ErrorCode:
         return ErrorCode.not_coordinator
     if coordinator.transactional_id_of(txn.producer_id) != txn.transactional_id:
         return ErrorCode.invalid_producer_id_mapping
+    ctx.broker.txns.answer_when_replicated(txn.transactional_id)
     return ErrorCode(coordinator.verify_partition(txn.producer_id, txn.producer_epoch, tp))

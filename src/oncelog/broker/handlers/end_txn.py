@@ -24,5 +24,5 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         request.producer_epoch,
         bool(request.committed),
     )
-    code = for_version(txns.run(result), ctx.api_key, ctx.api_version)
+    code = for_version(txns.run(result, request.transactional_id), ctx.api_key, ctx.api_version)
     return {"throttle_time": 0, "error_code": code}

@@ -30,13 +30,16 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         return _answer(ErrorCode.cluster_authorization_failed, -1, -1)
     if request.transactional_id is not None:
         txns = ctx.broker.txns
-        result = txns.coordinator.init_producer_id(
-            request.transactional_id,
-            int(request.transaction_timeout.total_seconds() * 1000),
-            getattr(request, "producer_id", -1),
-            getattr(request, "producer_epoch", -1),
-        )
-        code = for_version(txns.run(result), ctx.api_key, ctx.api_version)
+        try:
+            result = txns.coordinator.init_producer_id(
+                request.transactional_id,
+                int(request.transaction_timeout.total_seconds() * 1000),
+                getattr(request, "producer_id", -1),
+                getattr(request, "producer_epoch", -1),
+            )
+        except KafkaError as exc:  # a cluster's broker without a producer id block yet
+            return _answer(exc.code, -1, -1)
+        code = for_version(txns.run(result, request.transactional_id), ctx.api_key, ctx.api_version)
         if code != ErrorCode.none:
             return _answer(code, -1, -1)
         return _answer(code, result.producer_id, result.producer_epoch)
