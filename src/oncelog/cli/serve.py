@@ -155,8 +155,9 @@ class HttpCompanion:
 
 def console_settings(server: BrokerServer, registry: Any) -> ConsoleSettings:
     """Where the console reads the cluster, and whether it asks for logins: through a
-    SASL_PLAINTEXT listener when there is one (the HTTP listener then takes the broker's users
-    with basic auth, and each request reads as its user), else a PLAINTEXT one (no login)."""
+    SASL listener when there is one, plaintext first (the HTTP listener then takes the broker's
+    users with basic auth, and each request reads as its user), else a PLAINTEXT or SSL one
+    (no login)."""
     from oncelog.console.app import ConsoleSettings
     from oncelog.console.auth import BrokerLogins
     from oncelog.server.startup import StartupError
@@ -165,24 +166,34 @@ def console_settings(server: BrokerServer, registry: Any) -> ConsoleSettings:
     by_protocol: dict[str, list[Listener]] = {}
     for listener in config.listeners:
         by_protocol.setdefault(config.security_protocol(listener.name), []).append(listener)
-    candidates = by_protocol.get("SASL_PLAINTEXT") or by_protocol.get("PLAINTEXT") or []
-    if not candidates:
-        raise StartupError(
-            "the HTTP listener reads the cluster through a PLAINTEXT or SASL_PLAINTEXT "
-            "listener, and listeners has none"
-        )
-    chosen = candidates[0]
+    chosen = next(
+        (
+            listeners[0]
+            for protocol in ("SASL_PLAINTEXT", "SASL_SSL", "PLAINTEXT", "SSL")
+            if (listeners := by_protocol.get(protocol))
+        ),
+        None,
+    )
+    if chosen is None:
+        raise StartupError("the HTTP listener found no Kafka listener to read the cluster through")
+    protocol = config.security_protocol(chosen.name)
     host = "127.0.0.1" if chosen.host in ("", "0.0.0.0", "::") else chosen.host
     bootstrap = f"{host}:{server.ports.get(chosen.name, server.port)}"
-    if config.security_protocol(chosen.name) == "PLAINTEXT":
-        return ConsoleSettings(bootstrap=bootstrap, registry=registry)
+    tls = None
+    if protocol.endswith("SSL"):
+        from oncelog.server.tls import own_listener_client_context
+
+        tls = own_listener_client_context(config, chosen.name)
+    if not protocol.startswith("SASL"):
+        return ConsoleSettings(bootstrap=bootstrap, registry=registry, tls=tls)
     mechanisms = config.listener_setting(chosen.name, "sasl.enabled.mechanisms")
     assert isinstance(mechanisms, list)
-    logins = BrokerLogins(bootstrap, [str(m) for m in mechanisms])
+    logins = BrokerLogins(bootstrap, [str(m) for m in mechanisms], tls=tls)
     return ConsoleSettings(
         bootstrap=bootstrap,
         registry=registry,
         authenticate=logins.authenticate,
         may_abort=logins.may_abort,
         admin_for=logins.admin_for,
+        tls=tls,
     )

@@ -5,6 +5,7 @@ transaction coordinator)."""
 
 from __future__ import annotations
 
+import ssl
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -57,12 +58,20 @@ class LogDirInfo:
 
 class Admin:
     def __init__(
-        self, bootstrap: str, timeout: float = 10.0, sasl: SaslLogin | None = None
+        self,
+        bootstrap: str,
+        timeout: float = 10.0,
+        sasl: SaslLogin | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        """`sasl`: log in to every broker with it (a SASL listener), else connect anonymously."""
+        """`sasl`: log in to every broker with it (a SASL listener), else connect anonymously;
+        `tls`: connect to every broker with TLS (an SSL or SASL_SSL listener)."""
         self.timeout = timeout
         self._sasl = sasl
-        self._bootstrap = Connection(*parse_bootstrap(bootstrap), timeout=timeout, sasl=sasl)
+        self._tls = tls
+        self._bootstrap = Connection(
+            *parse_bootstrap(bootstrap), timeout=timeout, sasl=sasl, tls=tls
+        )
         self._nodes: dict[int, tuple[str, int]] = {}
         self._conns: dict[int, Connection] = {}
         self._coordinators: dict[tuple[str, int], int] = {}
@@ -102,7 +111,7 @@ class Admin:
             if node_id not in self._nodes:
                 raise ClientError(f"unknown broker {node_id}")
             conn = self._conns[node_id] = Connection(
-                *self._nodes[node_id], timeout=self.timeout, sasl=self._sasl
+                *self._nodes[node_id], timeout=self.timeout, sasl=self._sasl, tls=self._tls
             )
         return conn
 

@@ -7,6 +7,7 @@ highest version both sides support, so the tools work against oncelog and Apache
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -43,12 +44,27 @@ class SaslLogin:
 
 class Connection:
     def __init__(
-        self, host: str, port: int, timeout: float = 10.0, sasl: SaslLogin | None = None
+        self,
+        host: str,
+        port: int,
+        timeout: float = 10.0,
+        sasl: SaslLogin | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """`tls`: speak TLS (an SSL or SASL_SSL listener) with this context."""
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout)
+            sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
             raise ClientError(f"cannot connect to {host}:{port}: {exc}") from exc
+        if tls is not None:
+            try:
+                sock = tls.wrap_socket(
+                    sock, server_hostname=host if tls.check_hostname else None
+                )
+            except (ssl.SSLError, OSError) as exc:
+                sock.close()
+                raise ClientError(f"TLS handshake with {host}:{port} failed: {exc}") from exc
+        self._sock: socket.socket = sock
         self._sock.settimeout(timeout)
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}

@@ -76,6 +76,8 @@ class ConsoleSettings:
     #: user (SASL) so the broker's own checks apply. Default: an anonymous `Admin`.
     admin_for: Callable[[Any], Admin] | None = None
     timeout: float = 10.0
+    #: TLS to the broker's listener (an SSL one), else plaintext.
+    tls: ssl.SSLContext | None = None
 
 
 SETTINGS = web.AppKey("settings", ConsoleSettings)
@@ -232,7 +234,7 @@ async def _read(request: web.Request, read: Callable[[Admin], Any]) -> Any:
         if settings.admin_for is not None:
             admin = settings.admin_for(user)
         else:
-            admin = Admin(settings.bootstrap, timeout=settings.timeout)
+            admin = Admin(settings.bootstrap, timeout=settings.timeout, tls=settings.tls)
         with admin:
             return read(admin)
 

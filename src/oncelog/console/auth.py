@@ -13,6 +13,7 @@ import asyncio
 import base64
 import binascii
 import hashlib
+import ssl
 import time
 from dataclasses import dataclass, field
 
@@ -53,10 +54,18 @@ class BrokerLogins:
     """`ConsoleSettings.authenticate`, `admin_for` and `may_abort` for a broker with a SASL
     listener at `bootstrap` offering `mechanisms` (tried in order at the first login)."""
 
-    def __init__(self, bootstrap: str, mechanisms: list[str], timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        bootstrap: str,
+        mechanisms: list[str],
+        timeout: float = 10.0,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        """`tls`: the listener is SASL_SSL."""
         self.bootstrap = bootstrap
         self.mechanisms = mechanisms
         self.timeout = timeout
+        self.tls = tls
         self._checked: dict[tuple[str, bytes], tuple[str, float]] = {}
 
     def _key(self, name: str, password: str) -> tuple[str, bytes]:
@@ -67,7 +76,8 @@ class BrokerLogins:
         host, port = parse_bootstrap(self.bootstrap)
         for mechanism in self.mechanisms:
             try:
-                Connection(host, port, self.timeout, SaslLogin(mechanism, name, password)).close()
+                login = SaslLogin(mechanism, name, password)
+                Connection(host, port, self.timeout, login, self.tls).close()
             except SaslLoginFailed:
                 continue
             return mechanism
@@ -94,7 +104,7 @@ class BrokerLogins:
 
     def admin_for(self, user: object) -> Admin:
         assert isinstance(user, User)
-        return Admin(self.bootstrap, timeout=self.timeout, sasl=self._sasl(user))
+        return Admin(self.bootstrap, timeout=self.timeout, sasl=self._sasl(user), tls=self.tls)
 
     def may_abort(self, user: object) -> bool:
         """Alter on the cluster, as the broker's authorizer answers for this user."""

@@ -7,13 +7,19 @@ A bad setting is a StartupError naming the key, found before the broker serves.
 from __future__ import annotations
 
 import os
+import re
 import ssl
 import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from oncelog.config import BrokerConfig, ConfigValue
 from oncelog.server.startup import StartupError
+
+_PEM_CERTIFICATE = re.compile(
+    r"-----BEGIN CERTIFICATE-----[A-Za-z0-9+/=\s]+?-----END CERTIFICATE-----"
+)
 
 #: RFC 2253 short names of the attributes Java's X500Principal prints by name.
 _DN_NAMES = {
@@ -117,6 +123,29 @@ def client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
     context.check_hostname = (get("ssl.endpoint.identification.algorithm") or "") != ""
     if not _load_truststore(context, get, where):
         context.load_default_certs()
+    _load_keystore(context, get, where)
+    return context
+
+
+def own_listener_client_context(config: BrokerConfig, listener: str) -> ssl.SSLContext:
+    """For the broker's own console connecting to its `listener` on loopback: it trusts that
+    listener's own certificate (pinned, so no CA is needed; the listener's truststore is
+    trusted too) and presents it when the listener asks for client certificates."""
+    where = f"listener {listener}"
+    get = _setting(config, listener)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False  # our own listener, whatever name its certificate has
+    context.verify_flags |= ssl.VERIFY_X509_PARTIAL_CHAIN
+    location = get("ssl.keystore.location")
+    try:
+        pem = Path(location).read_text() if location is not None else ""
+    except OSError as exc:
+        raise StartupError(f"{where}: cannot read the keystore {location}: {exc}") from exc
+    chain = _PEM_CERTIFICATE.findall(pem or get("ssl.keystore.certificate.chain") or "")
+    if not chain:
+        raise StartupError(f"{where}: the keystore holds no certificate")
+    context.load_verify_locations(cadata="\n".join(chain))
+    _load_truststore(context, get, where)
     _load_keystore(context, get, where)
     return context
 
