@@ -325,6 +325,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("sasl.jaas.config", C.STRING, None),
     ConfigDef("sasl.server.max.receive.size", C.INT, "524288", at_least=1),
     ConfigDef("connections.max.reauth.ms", C.LONG, "0", at_least=0),
+    ConfigDef(
+        "connection.failed.authentication.delay.ms",
+        C.INT,
+        "100",
+        at_least=0,
+        doc="Connection close delay on failed authentication: the client reads the error "
+        "before the close, and a password guesser is slowed down.",
+    ),
     ConfigDef("ssl.keystore.type", C.STRING, "PEM", check=_pem_only),
     ConfigDef("ssl.keystore.location", C.STRING, None),
     ConfigDef("ssl.keystore.key", C.STRING, None),

@@ -261,6 +261,7 @@ class BrokerServer:
             else None
         )
         max_auth_frame = self.config.get_int("sasl.server.max.receive.size")
+        failed_auth_delay_ms = self.config.get_int("connection.failed.authentication.delay.ms")
 
         def new_connection() -> Connection:
             assert self.dispatcher is not None
@@ -274,6 +275,7 @@ class BrokerServer:
                 listener_name=setup.name,
                 authenticator=new_authenticator() if new_authenticator else None,
                 max_auth_frame_bytes=max_auth_frame,
+                failed_auth_delay_ms=failed_auth_delay_ms,
             )
             self.connections.add(conn)
             return conn

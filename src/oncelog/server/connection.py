@@ -44,6 +44,7 @@ class Connection(asyncio.Protocol):
         listener_name: str = "",
         authenticator: SaslAuthenticator | None = None,
         max_auth_frame_bytes: int = 524288,
+        failed_auth_delay_ms: int = 100,
     ) -> None:
         """With `authenticator` (a SASL listener) frames go to it until it has authenticated
         the client; only then to the dispatcher, with its principal."""
@@ -55,6 +56,7 @@ class Connection(asyncio.Protocol):
         )
         self.listener_name = listener_name
         self._auth = authenticator
+        self._failed_auth_delay_s = failed_auth_delay_ms / 1000
         #: Kafka's principal: the SASL user, else the TLS client certificate's subject.
         self.principal = ANONYMOUS
         self._max_queued = max_queued
@@ -125,7 +127,7 @@ class Connection(asyncio.Protocol):
                     if step.close is not None:
                         self._send(out)
                         out = []
-                        self.close(step.close)
+                        self._close_after_failed_authentication(step.close)
                     continue
                 if isinstance(step, Reject):
                     self._send(out)
@@ -220,6 +222,26 @@ class Connection(asyncio.Protocol):
         self._queue.clear()
         if self._transport is not None:
             self._transport.close()
+
+    def _close_after_failed_authentication(self, reason: str) -> None:
+        """Kafka's connection.failed.authentication.delay.ms: the error answer goes out now,
+        the close follows after the delay, so a client reads the error before the end of the
+        stream (over TLS some clients lose an answer that arrives with the close) and a
+        password guesser waits between tries. Nothing more is read meanwhile."""
+        self._queue.clear()
+        if self._transport is None or self._failed_auth_delay_s <= 0:
+            self.close(reason)
+            return
+        self.closed = True  # no further requests; `close` below does the rest
+        self._transport.pause_reading()
+        self._read_paused = True
+        loop = asyncio.get_running_loop()
+
+        def finish() -> None:
+            self.closed = False
+            self.close(reason)
+
+        loop.call_later(self._failed_auth_delay_s, finish)
 
     def abort(self) -> None:
         self.closed = True
