@@ -28,7 +28,9 @@ from oncelog.client.overview import (
 )
 from oncelog.console import views
 from oncelog.console.app import AbortRequest, ApiError, ConsoleSettings, make_app
-from oncelog.console.listener import HttpListener, HttpListenerError, bind, parse
+from oncelog.console.listener import HttpListener, HttpListenerError, parse
+from oncelog.server.app import bind_address
+from oncelog.server.startup import StartupError
 from oncelog.types import TopicPartition
 
 
@@ -53,12 +55,13 @@ def test_http_listener_url() -> None:
 
 
 def test_bind_a_taken_port_is_one_line() -> None:
-    first = bind(HttpListener("127.0.0.1", 0))
+    first = bind_address("127.0.0.1", 0, "first")
     first.listen()
     try:
         port = first.getsockname()[1]
-        with pytest.raises(HttpListenerError) as info:
-            bind(HttpListener("127.0.0.1", port))
+        listener = HttpListener("127.0.0.1", port)
+        with pytest.raises(StartupError) as info:
+            bind_address(listener.host, port, listener.url().rstrip("/"))
         assert str(info.value).startswith(f"cannot listen on http://127.0.0.1:{port}: ")
         assert "\n" not in str(info.value)
     finally:

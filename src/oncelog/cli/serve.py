@@ -121,18 +121,15 @@ class HttpCompanion:
         self._server: ConsoleServer | None = None
 
     def bind(self) -> None:
-        from oncelog.console.listener import HttpListenerError, bind
-        from oncelog.server.startup import StartupError
+        from oncelog.server.app import bind_address
 
         if self.listener.tls:
             from oncelog.server.tls import server_context
 
             # listener.name.https.ssl.* or the broker's ssl.*; a bad setting stops the start
             self._ssl = server_context(self.config, "HTTPS")
-        try:
-            self._sock = bind(self.listener)
-        except HttpListenerError as exc:
-            raise StartupError(str(exc)) from exc
+        where = self.listener.url(self.listener.port).rstrip("/")
+        self._sock = bind_address(self.listener.host, self.listener.port, where)
 
     def close(self) -> None:
         if self._sock is not None:

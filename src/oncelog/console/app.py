@@ -103,7 +103,7 @@ def make_app(settings: ConsoleSettings) -> web.Application:
 
 
 class ConsoleServer:
-    """The app served on a socket bound beforehand (`listener.bind`), on the running loop."""
+    """The app on a socket its starter bound beforehand, served on the running loop."""
 
     def __init__(
         self,

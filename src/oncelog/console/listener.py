@@ -9,7 +9,6 @@ prints the bound one.
 from __future__ import annotations
 
 import re
-import socket
 from dataclasses import dataclass
 
 _SPEC = re.compile(r"((?i:https?))://\[?([^\]/]*?)\]?:(\d+)/?")
@@ -49,22 +48,3 @@ def parse(values: list[str]) -> HttpListener | None:
         )
     tls = match.group(1).lower() == "https"
     return HttpListener(match.group(2) or "0.0.0.0", int(match.group(3)), tls)
-
-
-def bind(listener: HttpListener) -> socket.socket:
-    """Bind (not yet listen) the HTTP port, so a taken port stops the broker at start-up."""
-    where = f"{'https' if listener.tls else 'http'}://{listener.host}:{listener.port}"
-    try:
-        family, kind, proto, _, address = socket.getaddrinfo(
-            listener.host, listener.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-        )[0]
-        sock = socket.socket(family, kind, proto)
-    except OSError as exc:
-        raise HttpListenerError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise HttpListenerError(f"cannot listen on {where}: {exc.strerror or exc}") from exc
-    return sock

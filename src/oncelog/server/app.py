@@ -58,10 +58,14 @@ EXIT_STARTUP_FAILED = 1
 def bind_listener(listener: Listener) -> socket.socket:
     """Bind the listener's address without listening yet: a taken port is found before the
     disk is touched, and clients are refused (not left waiting) until the broker serves."""
-    where = f"{listener.host}:{listener.port}"
+    return bind_address(listener.host, listener.port, f"{listener.host}:{listener.port}")
+
+
+def bind_address(host: str, port: int, where: str) -> socket.socket:
+    """Bind `host:port` (not yet listening); StartupError naming `where` if it cannot be."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
-            listener.host, listener.port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
         sock = socket.socket(family, kind, proto)
     except OSError as exc:
