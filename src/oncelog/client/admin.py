@@ -278,6 +278,13 @@ class Admin:
         self, tps: list[TopicPartition], read_committed: bool
     ) -> dict[TopicPartition, int]:
         """End offsets (the LSO when `read_committed`); partitions without one are left out."""
+        return self.list_offsets(tps, -1, read_committed)
+
+    def list_offsets(
+        self, tps: list[TopicPartition], timestamp: int, read_committed: bool = False
+    ) -> dict[TopicPartition, int]:
+        """ListOffsets of `timestamp` (-2 earliest, -1 latest, or a time) from each leader;
+        partitions without a leader or answering an error are left out."""
         out: dict[TopicPartition, int] = {}
         led = [tp for tp in tps if self.leaders.get(tp, -1) >= 0]
         for leader, topics in self.by_leader(led).items():
@@ -288,7 +295,11 @@ class Admin:
                     {
                         "name": t,
                         "partitions": [
-                            {"partition_index": p, "timestamp": -1, "current_leader_epoch": -1}
+                            {
+                                "partition_index": p,
+                                "timestamp": timestamp,
+                                "current_leader_epoch": -1,
+                            }
                             for p in ps
                         ],
                     }
@@ -299,5 +310,5 @@ class Admin:
             for topic in response.topics:
                 for p in topic.partitions:
                     if int(p.error_code) == 0:
-                        out[TopicPartition(topic.name, p.partition_index)] = p.offset
+                        out[TopicPartition(topic.name, p.partition_index)] = int(p.offset)
         return out

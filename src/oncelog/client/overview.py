@@ -16,8 +16,6 @@ from oncelog.errors import error_name
 from oncelog.types import (
     EARLIEST_TIMESTAMP,
     LATEST_TIMESTAMP,
-    READ_COMMITTED,
-    READ_UNCOMMITTED,
     TopicPartition,
 )
 
@@ -140,29 +138,7 @@ def list_offsets(
 ) -> dict[TopicPartition, int]:
     """ListOffsets of `timestamp` (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP...) from each leader;
     partitions without a leader or answering an error are left out."""
-    out: dict[TopicPartition, int] = {}
-    led = [tp for tp in tps if admin.leaders.get(tp, -1) >= 0]
-    for leader, topics in admin.by_leader(led).items():
-        body = {
-            "replica_id": -1,
-            "isolation_level": READ_COMMITTED if read_committed else READ_UNCOMMITTED,
-            "topics": [
-                {
-                    "name": t,
-                    "partitions": [
-                        {"partition_index": p, "timestamp": timestamp, "current_leader_epoch": -1}
-                        for p in ps
-                    ],
-                }
-                for t, ps in topics.items()
-            ],
-        }
-        response = admin.node(leader).call(LIST_OFFSETS, (2, 7), body)
-        for topic in response.topics:
-            for p in topic.partitions:
-                if int(p.error_code) == 0:
-                    out[TopicPartition(topic.name, p.partition_index)] = int(p.offset)
-    return out
+    return admin.list_offsets(tps, timestamp, read_committed)
 
 
 @dataclass(frozen=True, slots=True)
