@@ -27,3 +27,33 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 class CorruptFileError(ValueError):
     """A checksummed file is truncated, has a bad checksum or an unknown version."""
+
+
+class FileRegion:
+    """`length` bytes of the open file `fd` from `offset`: a Fetch response's stored batches,
+    left in the file so the connection can send them with sendfile (zero copy) or, where the
+    transport cannot (TLS), read them at the last moment. Only valid while the segment that
+    owns `fd` is open: the connection sends a response holding one before it handles the
+    next request, and segments are closed only on the event loop."""
+
+    __slots__ = ("fd", "length", "offset")
+
+    def __init__(self, fd: int, offset: int, length: int) -> None:
+        self.fd = fd
+        self.offset = offset
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __repr__(self) -> str:
+        return f"FileRegion(fd={self.fd}, offset={self.offset}, length={self.length})"
+
+    def read(self, skip: int = 0) -> bytes:
+        """The region's bytes from `skip` on (a short read means the file shrank: an error,
+        since the response's framing already counts every byte)."""
+        want = self.length - skip
+        data = os.pread(self.fd, want, self.offset + skip)
+        if len(data) != want:
+            raise OSError(f"file region {self!r} shrank: read {len(data)} of {want} bytes")
+        return data

@@ -102,16 +102,18 @@ def sasl_ssl_conf(broker: SecureBroker, certs: Certs, password: str) -> dict[str
     }
 
 
-def round_trip(settings: dict[str, object], topic: str, count: int = 10) -> list[bytes]:
+def round_trip(
+    settings: dict[str, object], topic: str, count: int = 10, pad: int = 0
+) -> list[bytes]:
     producer = Producer({**settings, "enable.idempotence": True})
     for i in range(count):
-        producer.produce(topic, value=b"t%d" % i)
+        producer.produce(topic, value=b"t%d" % i + b"." * pad)
     assert producer.flush(30) == 0
     consumer = Consumer({**settings, "group.id": topic, "auto.offset.reset": "earliest"})
     consumer.subscribe([topic])
     got: list[bytes] = []
     try:
-        for _ in range(300):
+        for _ in range(300 + count):
             msg = consumer.poll(0.2)
             if msg is not None and msg.error() is None:
                 got.append(msg.value())
@@ -127,6 +129,14 @@ def test_confluent_over_ssl_with_a_client_certificate(broker: SecureBroker, cert
     assert round_trip(ssl_conf(broker, certs), topic) == [b"t%d" % i for i in range(10)]
     brokers = AdminClient(ssl_conf(broker, certs)).list_topics(timeout=10).brokers
     assert brokers[1].port == broker.ports["SSL"]
+
+
+def test_large_fetches_over_ssl(broker: SecureBroker, certs: Certs) -> None:
+    """Answers large enough to be sent from the segment file on plain TCP are read into
+    memory for TLS (no sendfile through a TLS transport)."""
+    topic = f"ssl-big-{uuid.uuid4().hex[:8]}"
+    got = round_trip(ssl_conf(broker, certs), topic, count=600, pad=1024)
+    assert got == [b"t%d" % i + b"." * 1024 for i in range(600)]
 
 
 def test_ssl_client_auth_required_refuses_a_client_without_certificate(

@@ -19,6 +19,7 @@ from oncelog.broker.partition import Role
 from oncelog.coordinator.group.state import GroupState
 from oncelog.coordinator.txn.state import TxnState
 from oncelog.errors import KafkaError
+from oncelog.fileio import FileRegion
 from oncelog.protocol.records.batch import HEADER_SIZE, parse_header
 from oncelog.storage.partition_log import PartitionLog
 
@@ -256,7 +257,10 @@ def _transaction_start_ms(plog: PartitionLog, producer_id: int, first_offset: in
         read = plog.read(first_offset, HEADER_SIZE, plog.log_end_offset, for_follower=True)
     except (KafkaError, OSError, ValueError):
         return None
-    data = bytes(read.records[:HEADER_SIZE])
+    records = read.records
+    if isinstance(records, FileRegion):
+        records = records.read()
+    data = bytes(records[:HEADER_SIZE])
     if len(data) < HEADER_SIZE:
         return None
     return parse_header(data, 0).base_timestamp

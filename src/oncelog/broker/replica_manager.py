@@ -404,10 +404,11 @@ class ReplicaManager:
         min_one: bool = True,
         read_committed: bool = False,
     ) -> ReadResult:
+        """A consumer's read for a Fetch answer: a large span comes back as a FileRegion."""
         if self.clustered:
             self.cluster_partition(tp).check_leader()
         return self.partition(tp).read(
-            offset, max_bytes, min_one=min_one, read_committed=read_committed
+            offset, max_bytes, min_one=min_one, read_committed=read_committed, regions=True
         )
 
     def check_leader_epoch(self, tp: TopicPartition, current_leader_epoch: int) -> None:
@@ -533,7 +534,9 @@ class ReplicaManager:
         if replica_id not in leader.followers:
             raise NotLeaderOrFollower(f"broker {replica_id} is not a replica of {tp}")
         plog = replica.log
-        result = plog.read(fetch_offset, max_bytes, plog.log_end_offset, for_follower=True)
+        result = plog.read(
+            fetch_offset, max_bytes, plog.log_end_offset, for_follower=True, regions=True
+        )
         leader.on_follower_fetch(
             replica_id, fetch_offset, plog.log_end_offset, self.clock.monotonic_ms()
         )

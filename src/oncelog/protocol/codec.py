@@ -30,6 +30,7 @@ from kio.serial._introspect import (
 )
 from kio.static.primitive import i64
 
+from oncelog.fileio import FileRegion
 from oncelog.protocol.extensions import extended_response
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
 from oncelog.protocol.records.record import encode_unsigned_varint
@@ -114,7 +115,8 @@ def encode_entity(entity: Any) -> bytes:
     return out.getvalue()
 
 
-Buffer = bytes | bytearray | memoryview
+#: A piece of a framed response: bytes, or stored batches still in their segment file.
+Buffer = bytes | bytearray | memoryview | FileRegion
 
 _LARGE_WRITE = 8192
 
@@ -123,7 +125,8 @@ class _Chunks:
     """A kio `Writable` that keeps large writes (stored record batches) by reference.
 
     Small fields are gathered into one bytearray; a large value becomes its own chunk, so a
-    Fetch response carries its record bytes to the socket without being copied again.
+    Fetch response carries its record bytes to the socket without being copied again, and a
+    FileRegion (kio only asks its length) stays in its file until the connection sends it.
     """
 
     __slots__ = ("_small", "parts", "size")
@@ -135,7 +138,7 @@ class _Chunks:
 
     def write(self, data: Buffer) -> int:
         n = len(data)
-        if n >= _LARGE_WRITE:
+        if n >= _LARGE_WRITE or isinstance(data, FileRegion):
             if self._small:
                 self.parts.append(self._small)
                 self._small = bytearray()

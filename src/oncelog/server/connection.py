@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import socket
 from collections import deque
 from collections.abc import Callable
 from typing import Any, cast
@@ -19,10 +20,12 @@ from oncelog.broker.context import ANONYMOUS
 from oncelog.broker.dispatcher import Close, Dispatcher, NoReply, Pending, Reply
 from oncelog.broker.handlers import CloseConnection
 from oncelog.broker.purgatory import Delayed
+from oncelog.fileio import FileRegion
 from oncelog.protocol.codec import Buffer
 from oncelog.protocol.framing import FrameDecoder, FrameError
 from oncelog.protocol.headers import HeaderError, peek_ids
 from oncelog.security.sasl import Answer, Forward, Reject, SaslAuthenticator
+from oncelog.server.sendfile import send_direct
 from oncelog.server.tls import ssl_principal
 
 log = logging.getLogger(__name__)
@@ -68,6 +71,8 @@ class Connection(asyncio.Protocol):
         self._queue: deque[tuple[bytes, float]] = deque()
         self._waiting: Delayed | None = None
         self._transport: asyncio.Transport | None = None
+        #: The plain TCP socket under the transport, for sendfile; None over TLS.
+        self._socket: socket.socket | None = None
         self._read_paused = False
         self._write_paused = False
         self.peer = "?"
@@ -84,6 +89,8 @@ class Connection(asyncio.Protocol):
         self.client_host = f"/{peer[0]}" if peer else ""
         if self._auth is None:
             self.principal = ssl_principal(transport.get_extra_info("peercert")) or ANONYMOUS
+        if transport.get_extra_info("ssl_object") is None:
+            self._socket = transport.get_extra_info("socket")
 
     def data_received(self, data: bytes) -> None:
         self.last_active_ms = self._now_ms()
@@ -147,6 +154,9 @@ class Connection(asyncio.Protocol):
             )
             if isinstance(outcome, Reply):
                 out.extend(outcome.data)
+                if any(isinstance(part, FileRegion) for part in outcome.data):
+                    self._send(out)  # now: its files may close once the next request ran
+                    out = []
             elif isinstance(outcome, Pending):
                 self._wait_for(outcome)
             elif isinstance(outcome, Close):
@@ -200,8 +210,22 @@ class Connection(asyncio.Protocol):
         self._on_pending(delayed)
 
     def _send(self, parts: list[Buffer]) -> None:
-        if parts and self._transport is not None and not self.closed:
-            self._transport.writelines(parts)
+        transport = self._transport
+        if not parts or transport is None or self.closed:
+            return
+        if not any(isinstance(part, FileRegion) for part in parts):
+            transport.writelines(parts)  # type: ignore[arg-type]  # no FileRegion here
+            return
+        if self._socket is not None and transport.get_write_buffer_size() == 0:
+            try:
+                parts = send_direct(self._socket, parts)
+            except OSError as exc:
+                self.close(f"send failed: {exc}")
+                return
+        try:
+            transport.writelines([_materialized(part) for part in parts])
+        except OSError as exc:
+            self.close(f"send failed: {exc}")
 
     def _update_reading(self) -> None:
         if self._transport is None or self.closed:
@@ -247,3 +271,8 @@ class Connection(asyncio.Protocol):
         self.closed = True
         if self._transport is not None:
             self._transport.abort()
+
+
+def _materialized(part: Buffer) -> bytes | bytearray | memoryview:
+    """A FileRegion's bytes, read now (the transport cannot send from a file)."""
+    return part.read() if isinstance(part, FileRegion) else part

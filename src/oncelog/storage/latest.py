@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator
 from hashlib import blake2b
 from types import ModuleType
 
+from oncelog.fileio import FileRegion
 from oncelog.protocol.records.batch import BatchHeader, iter_batches, parse_header, span_batches
 from oncelog.protocol.records.compression import batch_records
 from oncelog.storage.cleaner import _marker_kind, _rebuild, _Record, _records, _Transactions
@@ -140,7 +141,8 @@ def _chunks(plog: PartitionLog, start: int, upper: int, chunk_bytes: int) -> Ite
     offset = start
     beyond_hw = upper > plog.high_watermark
     while offset < upper:
-        data = bytes(plog.read(offset, chunk_bytes, upper, for_follower=beyond_hw).records)
+        records = plog.read(offset, chunk_bytes, upper, for_follower=beyond_hw).records
+        data = records.read() if isinstance(records, FileRegion) else bytes(records)
         _, next_offset = span_batches(data)
         if next_offset < 0:
             return

@@ -72,6 +72,11 @@ class OffsetIndex:
         i = bisect.bisect_right(self._offsets, offset) - 1
         return self._positions[i] if i >= 0 else 0
 
+    def floor_by_position(self, position: int) -> tuple[int, int] | None:
+        """(offset, position) of the last indexed batch starting at or before `position`."""
+        i = bisect.bisect_right(self._positions, position) - 1
+        return (self._offsets[i], self._positions[i]) if i >= 0 else None
+
     def truncate_to_position(self, position: int) -> None:
         """Drop entries at or beyond `position` (the log was truncated there)."""
         keep = bisect.bisect_left(self._positions, position)

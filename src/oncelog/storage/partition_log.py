@@ -29,7 +29,7 @@ from typing import Protocol
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import CorruptMessage, InvalidRecord, OffsetOutOfRange
-from oncelog.fileio import fsync_dir
+from oncelog.fileio import FileRegion, fsync_dir
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
 from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
@@ -138,7 +138,7 @@ class RecoveryCheckpoint:
 
 @dataclass(frozen=True, slots=True)
 class ReadResult:
-    records: bytes | memoryview
+    records: bytes | memoryview | FileRegion
     high_watermark: int
     log_start_offset: int
     log_end_offset: int
@@ -1004,11 +1004,14 @@ class PartitionLog:
         min_one: bool = True,
         read_committed: bool = False,
         for_follower: bool = False,
+        regions: bool = False,
     ) -> ReadResult:
         """Stored batches from `offset` below `upper_bound` (default: the high watermark).
 
         With `min_one` the first batch is returned even if it is larger than `max_bytes`.
         `for_follower`: a follower's fetch, bounded by the log end, not the high watermark.
+        `regions`: a large read may come back as a FileRegion of the segment (for the wire
+        only: Fetch answers; see LogSegment.read_region).
         """
         hw = self.high_watermark
         lso = self.last_stable_offset
@@ -1021,15 +1024,15 @@ class PartitionLog:
                 f"{self.tp}: offset {offset} outside [{self.log_start_offset}, "
                 f"{self.log_end_offset}]"
             )
-        data: bytes | memoryview = b""
+        data: bytes | memoryview | FileRegion = b""
         data_end = -1
         if offset < bound:
             max_offset = bound if bound < self.log_end_offset else None
             i = self._segment_index(offset)
             while i < len(self.segments) and not data:
-                data, data_end = self.segments[i].read_batches(
-                    offset, max_bytes, min_one=min_one, max_offset=max_offset
-                )
+                segment = self.segments[i]
+                read = segment.read_region if regions else segment.read_batches
+                data, data_end = read(offset, max_bytes, min_one=min_one, max_offset=max_offset)
                 i += 1
         aborted = None
         if read_committed:

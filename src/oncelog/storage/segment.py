@@ -15,6 +15,7 @@ from types import ModuleType
 
 from crc32c import crc32c
 
+from oncelog.fileio import FileRegion
 from oncelog.protocol.records.batch import (
     CRC_START,
     CURRENT_MAGIC,
@@ -41,6 +42,9 @@ _SCAN_CHUNK = 1 << 20
 #: beyond that is garbage (a garbled tail), not something to index.
 _MAX_RELATIVE_OFFSET = 2**31 - 1
 _IOV_MAX = 1024
+#: Reads this large are answered as a FileRegion (sent with sendfile); smaller ones are
+#: copied, which costs less than the extra system calls of sending a region.
+REGION_MIN_BYTES = 32 * 1024
 
 
 def segment_name(base_offset: int) -> str:
@@ -286,11 +290,16 @@ class LogSegment:
 
     def position_of(self, offset: int) -> int | None:
         """Position of the batch containing `offset`, or None if it is past this segment."""
+        found = self._batch_at(offset)
+        return None if found is None else found[0]
+
+    def _batch_at(self, offset: int) -> tuple[int, BatchHeader] | None:
+        """(position, header) of the batch containing `offset`, None past this segment."""
         pos = self.index.lookup(offset)
         while pos + HEADER_SIZE <= self.size:
             header = parse_header(os.pread(self._fd, HEADER_SIZE, pos))
             if header.last_offset >= offset:
-                return pos
+                return pos, header
             pos += header.size
         return None
 
@@ -306,7 +315,40 @@ class LogSegment:
         self, offset: int, max_bytes: int, *, min_one: bool = True, max_offset: int | None = None
     ) -> tuple[bytes | memoryview, int]:
         """`read`, plus the offset after the last batch returned (-1 when none is)."""
+        return self._copy_batches(self.position_of(offset), max_bytes, min_one, max_offset)
+
+    def read_region(
+        self, offset: int, max_bytes: int, *, min_one: bool = True, max_offset: int | None = None
+    ) -> tuple[bytes | memoryview | FileRegion, int]:
+        """`read_batches`, as a region of the file when it spans `REGION_MIN_BYTES` or more,
+        so the batches reach the socket without passing through Python (sendfile). Where
+        the batches end comes from the offset index and a header or two instead of from
+        reading the span, as Kafka's LogSegment.read finds its upper bound; the region holds
+        whole batches only, so it may end up to one index interval short of `max_bytes`."""
         start = self.position_of(offset)
+        if start is None or max_bytes < REGION_MIN_BYTES:
+            return self._copy_batches(start, max_bytes, min_one, max_offset)
+        stop, stop_offset = self.size, self.next_offset
+        if max_offset is not None and max_offset < self.next_offset:
+            bound = self._batch_at(max_offset)
+            if bound is None:
+                return self._copy_batches(start, max_bytes, min_one, max_offset)
+            stop, header = bound
+            stop_offset = header.base_offset
+            if header.base_offset < max_offset:  # the batch begins below the bound: it is in
+                stop, stop_offset = stop + header.size, header.next_offset
+        if stop - start > max_bytes:
+            floor = self.index.floor_by_position(start + max_bytes)
+            if floor is None or floor[1] <= start:
+                return self._copy_batches(start, max_bytes, min_one, max_offset)
+            stop_offset, stop = floor
+        if stop - start < REGION_MIN_BYTES:
+            return self._copy_batches(start, max_bytes, min_one, max_offset)
+        return FileRegion(self._fd, start, stop - start), stop_offset
+
+    def _copy_batches(
+        self, start: int | None, max_bytes: int, min_one: bool, max_offset: int | None
+    ) -> tuple[bytes | memoryview, int]:
         end = self.size
         if start is None or start >= end or (max_bytes <= 0 and not min_one):
             return b"", -1
