@@ -88,14 +88,20 @@ def _on_signal(signum: int, _frame: Any) -> None:
 # -- workers (each runs in its own process) -------------------------------------------------
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (all threads) so far, from /proc."""
+def _cpu_split(pid: int) -> tuple[float, float]:
+    """(user, system) CPU seconds of a process (all threads) so far, from /proc."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rpartition(")")[2].split()
     except OSError:
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return float("nan"), float("nan")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all threads) so far, from /proc."""
+    return sum(_cpu_split(pid))
 
 
 def _common_conf(spec: dict[str, Any]) -> dict[str, Any]:
@@ -505,9 +511,11 @@ def run_case(
         prof = None
         if profile_dir is not None and target.name in args.profile_targets:
             prof = Profiler(target.pid, profile_dir / f"{tag}-{phase}.txt")
-        cpu0 = _cpu_seconds(target.pid)
+        user0, sys0 = _cpu_split(target.pid)
         result = _run_worker(f"_{phase}", spec, args.timeout)
-        result["server_cpu_s"] = _cpu_seconds(target.pid) - cpu0
+        user1, sys1 = _cpu_split(target.pid)
+        result["server_cpu_s"] = (user1 - user0) + (sys1 - sys0)
+        result["server_sys_s"] = sys1 - sys0
         result["loadavg"] = os.getloadavg()[0]
         if prof is not None:
             prof.stop()
@@ -521,7 +529,9 @@ def run_case(
         print(
             f"  {tag:<34} {phase:<8} {result.get('msgs_per_s', 0):>11,.0f} msg/s "
             f"{result.get('mb_per_s', 0):>8.1f} MB/s  {result.get('seconds', 0):7.2f}s  "
-            f"server {us_per_msg:5.2f} us/msg  load {result['loadavg']:.1f}  {status}",
+            f"server {us_per_msg:5.2f} us/msg "
+            f"(sys {1e6 * result['server_sys_s'] / row.n:4.2f})  "
+            f"load {result['loadavg']:.1f}  {status}",
             flush=True,
         )
         if not result.get("ok"):

@@ -49,11 +49,17 @@ class FileRegion:
     def __repr__(self) -> str:
         return f"FileRegion(fd={self.fd}, offset={self.offset}, length={self.length})"
 
-    def read(self, skip: int = 0) -> bytes:
-        """The region's bytes from `skip` on (a short read means the file shrank: an error,
-        since the response's framing already counts every byte)."""
-        want = self.length - skip
-        data = os.pread(self.fd, want, self.offset + skip)
-        if len(data) != want:
-            raise OSError(f"file region {self!r} shrank: read {len(data)} of {want} bytes")
+    def read(self) -> bytes:
+        """The region's bytes (a short read means the file shrank: an error, since the
+        response's framing already counts every byte)."""
+        data = os.pread(self.fd, self.length, self.offset)
+        if len(data) != self.length:
+            raise OSError(f"file region {self!r} shrank: read {len(data)} of {self.length} bytes")
         return data
+
+    def split(self, n: int) -> tuple[FileRegion, FileRegion]:
+        """The first `n` bytes and the rest, as two regions of the same file."""
+        return (
+            FileRegion(self.fd, self.offset, n),
+            FileRegion(self.fd, self.offset + n, self.length - n),
+        )

@@ -11,6 +11,7 @@ import time
 from typing import Any
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KTopicPartition
 
@@ -22,6 +23,7 @@ from tests.integration.helpers import (
     create_topic,
     produce_all,
     producer_for,
+    wait_until,
 )
 from tests.integration.rawclient import (
     API_VERSIONS,
@@ -132,14 +134,8 @@ def test_a_slow_reader_gets_the_same_bytes_in_order(broker: BrokerProcess) -> No
         assert all(compute_crc(data, pos, h.size) == h.crc for pos, h in walked)
 
     # A small receive buffer, and nothing read for a while: the broker's sendfile stops
-    # short and the rest of the answer waits in its transport, with the next answer behind.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    sock.settimeout(30)
-    sock.connect(("127.0.0.1", port))
-    slow = RawClient.__new__(RawClient)
-    slow.sock = sock
-    with slow:
+    # short and the rest of the answer waits, with the next answer behind it.
+    with _slow_client(port) as slow:
         slow.send(
             request(FETCH, 12, _fetch_body("slow", 8 << 20), correlation_id=1)
             + request(API_VERSIONS, 3, api_versions_body(), correlation_id=2)
@@ -152,3 +148,34 @@ def test_a_slow_reader_gets_the_same_bytes_in_order(broker: BrokerProcess) -> No
         second = slow.recv_frame()
         got_id, versions = decode_response(API_VERSIONS, 3, second)
         assert got_id == 2 and versions.error_code == 0
+
+
+def _slow_client(port: int) -> RawClient:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.settimeout(30)
+    sock.connect(("127.0.0.1", port))
+    client = RawClient.__new__(RawClient)
+    client.sock = sock
+    return client
+
+
+def test_an_answer_outlives_its_deleted_segments(broker: BrokerProcess) -> None:
+    """The part of an answer still waiting for a slow reader is read from the segment files
+    it was cut from, even after the topic was deleted (its files closed and removed)."""
+    _fill(broker, "gone")
+    port = int(broker.bootstrap.rsplit(":", 1)[1])
+    with RawClient(port) as fast:
+        expected = _records(fast.call(FETCH, 12, _fetch_body("gone", 8 << 20)))
+    with _slow_client(port) as slow:
+        slow.send(request(FETCH, 12, _fetch_body("gone", 8 << 20), correlation_id=3))
+        time.sleep(0.5)
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.delete_topics(["gone"], operation_timeout=10)["gone"].result(10)
+        wait_until(
+            lambda: "gone" not in admin.list_topics(timeout=5).topics, 10, "topic deleted"
+        )
+        got_id, fetched = decode_response(FETCH, 12, slow.recv_frame())
+        assert got_id == 3
+        assert _records(fetched) == expected
+        assert broker.proc.poll() is None

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
+import os
 import socket
 from collections import deque
 from collections.abc import Callable
@@ -25,7 +26,7 @@ from oncelog.protocol.codec import Buffer
 from oncelog.protocol.framing import FrameDecoder, FrameError
 from oncelog.protocol.headers import HeaderError, peek_ids
 from oncelog.security.sasl import Answer, Forward, Reject, SaslAuthenticator
-from oncelog.server.sendfile import send_direct
+from oncelog.server.sendfile import send_direct, take
 from oncelog.server.tls import ssl_principal
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,10 @@ class Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         #: The plain TCP socket under the transport, for sendfile; None over TLS.
         self._socket: socket.socket | None = None
+        #: Response pieces not yet handed to the transport (a slow reader), in order.
+        self._unsent: list[Buffer] = []
+        #: Descriptors of the file regions among them, duplicated to outlive their segment.
+        self._owned_fds: set[int] = set()
         self._read_paused = False
         self._write_paused = False
         self.peer = "?"
@@ -106,6 +111,8 @@ class Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._queue.clear()
+        self._unsent = []
+        self._release_regions()
         self._on_close(self)
 
     def pause_writing(self) -> None:
@@ -114,6 +121,8 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        if self._unsent:
+            self._send_unsent()
         self._update_reading()
         self._drain_queue()
 
@@ -122,7 +131,13 @@ class Connection(asyncio.Protocol):
     def _drain_queue(self) -> None:
         """Answer queued requests in order; the replies of one pass go out in one write."""
         out: list[Buffer] = []
-        while self._queue and self._waiting is None and not self.closed and not self._write_paused:
+        while (
+            self._queue
+            and self._waiting is None
+            and not self.closed
+            and not self._write_paused
+            and not self._unsent
+        ):
             frame, arrived = self._queue.popleft()
             if self._auth is not None and self._authenticating(frame):
                 step = self._auth.receive(frame)
@@ -213,19 +228,54 @@ class Connection(asyncio.Protocol):
         transport = self._transport
         if not parts or transport is None or self.closed:
             return
+        if self._unsent:
+            self._unsent.extend(self._detached(parts))  # behind what still waits
+            return
         if not any(isinstance(part, FileRegion) for part in parts):
             transport.writelines(parts)  # type: ignore[arg-type]  # no FileRegion here
             return
-        if self._socket is not None and transport.get_write_buffer_size() == 0:
-            try:
-                parts = send_direct(self._socket, parts)
-            except OSError as exc:
-                self.close(f"send failed: {exc}")
-                return
+        self._unsent = parts
+        self._send_unsent()
+
+    def _send_unsent(self) -> None:
+        """Send what waits: with sendfile while the transport has nothing queued, else the
+        next piece through the transport, up past its high-water mark so that it calls
+        `resume_writing` once drained, which sends on from there. The regions left waiting
+        hold their own descriptors: the segment may be closed meanwhile (retention)."""
+        transport = self._transport
+        assert transport is not None
+        high = transport.get_write_buffer_limits()[1]
         try:
-            transport.writelines([_materialized(part) for part in parts])
+            while self._unsent and not self._write_paused and not self.closed:
+                parts, self._unsent = self._unsent, []
+                if self._socket is not None and transport.get_write_buffer_size() == 0:
+                    parts = send_direct(self._socket, parts)
+                if not parts:
+                    break
+                head, rest = take(parts, high + 1)
+                transport.writelines(head)
+                self._unsent = self._detached(rest)
         except OSError as exc:
             self.close(f"send failed: {exc}")
+        if not self._unsent:
+            self._release_regions()
+
+    def _detached(self, parts: list[Buffer]) -> list[Buffer]:
+        """`parts` with each FileRegion on a descriptor of its own (kept until sent)."""
+        out: list[Buffer] = []
+        for part in parts:
+            if isinstance(part, FileRegion) and part.fd not in self._owned_fds:
+                fd = os.dup(part.fd)
+                self._owned_fds.add(fd)
+                out.append(FileRegion(fd, part.offset, part.length))
+            else:
+                out.append(part)
+        return out
+
+    def _release_regions(self) -> None:
+        for fd in self._owned_fds:
+            os.close(fd)
+        self._owned_fds.clear()
 
     def _update_reading(self) -> None:
         if self._transport is None or self.closed:
@@ -272,7 +322,3 @@ class Connection(asyncio.Protocol):
         if self._transport is not None:
             self._transport.abort()
 
-
-def _materialized(part: Buffer) -> bytes | bytearray | memoryview:
-    """A FileRegion's bytes, read now (the transport cannot send from a file)."""
-    return part.read() if isinstance(part, FileRegion) else part

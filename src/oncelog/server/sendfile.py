@@ -4,8 +4,10 @@ Over a plain TCP socket whose transport has nothing queued, the response goes st
 socket: each run of byte pieces with one writev, each FileRegion with os.sendfile, so record
 bytes go from the page cache to the socket without a copy through Python (Kafka's
 FileRecords.writeTo). TCP_CORK holds the small headers back until the records follow, so the
-peer gets full segments. When the socket's buffer fills, what is left is handed back for the
-transport to queue: its buffer was empty, so the bytes stay in order.
+peer gets full segments. When the socket's buffer fills, what is left is handed back: the
+connection gives its transport only the next `take` of it (read into memory), and sends the
+rest once the transport has drained, so a slow reader costs a transport buffer, not a copy
+of the whole answer.
 """
 
 from __future__ import annotations
@@ -99,3 +101,20 @@ def _skip(run: list[Bytes], n: int) -> list[Bytes]:
     if n and rest:
         rest[0] = memoryview(rest[0])[n:]
     return rest
+
+
+def take(parts: list[Buffer], budget: int) -> tuple[list[Bytes], list[Buffer]]:
+    """The first `budget` bytes of `parts` in memory (regions read), and the rest as it is."""
+    head: list[Bytes] = []
+    i = 0
+    while i < len(parts) and budget > 0:
+        part = parts[i]
+        if isinstance(part, FileRegion) and part.length > budget:
+            first, rest = part.split(budget)
+            head.append(first.read())
+            return head, [rest, *parts[i + 1 :]]
+        data = part.read() if isinstance(part, FileRegion) else part
+        head.append(data)
+        budget -= len(data)
+        i += 1
+    return head, parts[i:]
