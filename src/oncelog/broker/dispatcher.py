@@ -72,6 +72,7 @@ from oncelog.protocol.codec import (
     DecodeError,
     build,
     decode_request,
+    encode_fast_response,
     encode_response,
     is_flexible,
     request_class,
@@ -276,7 +277,9 @@ def _finisher(
     cls = response_class(api_key, version)
 
     def finish(answer: Any) -> list[Buffer]:
-        framed = encode_response(api_key, correlation_id, build(cls, answer))
+        framed = encode_fast_response(api_key, version, correlation_id, answer)
+        if framed is None:
+            framed = encode_response(api_key, correlation_id, build(cls, answer))
         if isinstance(answer, Mapping):
             metrics.record_response(api_key, answer, started, follower=follower)
         else:

@@ -32,6 +32,7 @@ from kio.static.primitive import i64
 
 from oncelog.fileio import FileRegion
 from oncelog.protocol.extensions import extended_response
+from oncelog.protocol.fast_responses import encode_response_body
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
 from oncelog.protocol.records.record import encode_unsigned_varint
 
@@ -166,6 +167,19 @@ def encode_response(api_key: int, correlation_id: int, entity: Any) -> list[Buff
     assert isinstance(first, bytearray)
     struct.pack_into(">i", first, 0, out.size - 4)
     return parts
+
+
+def encode_fast_response(
+    api_key: int, version: int, correlation_id: int, answer: Any
+) -> list[Buffer] | None:
+    """Frame a Produce or Fetch answer with the hand encoders (`fast_responses`); None when
+    they do not take it and `encode_response(build(...))` must."""
+    pieces = encode_response_body(api_key, version, answer)
+    if pieces is None:
+        return None
+    header = response_header(correlation_id, is_flexible(api_key, version))
+    size = len(header) + sum(len(p) for p in pieces)
+    return [_I32.pack(size) + header, *pieces]
 
 
 def _plan(cls: type[Any]) -> _Plan:
