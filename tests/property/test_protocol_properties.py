@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import tracemalloc
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol.codec import DecodeError, decode_request, is_flexible, request_class
-from oncelog.protocol.framing import FrameDecoder, FrameError, frame
+from oncelog.protocol.framing import SCRATCH_BYTES, FrameDecoder, FrameError, frame
 from oncelog.protocol.registry import SUPPORTED_VERSIONS
 
 FAST = settings(deadline=None, max_examples=150, suppress_health_check=[HealthCheck.too_slow])
@@ -46,6 +47,45 @@ def test_frame_decoder_byte_by_byte(payloads: list[bytes], step: int) -> None:
         got += decoder.feed(stream[i : i + step])
         assert decoder.buffered <= i + step
     assert got == payloads
+
+
+_AROUND_LIMITS = [0, 1, 3, 262_140, 262_141, 300_000, 1 << 20, (1 << 20) + 7]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from(_AROUND_LIMITS), max_size=4), st.data())
+def test_frame_decoder_large_frames_received_in_place(
+    sizes: list[int], data: st.DataObject
+) -> None:
+    """Frames around the scratch buffer's size and the in-place limit, received the way the
+    socket delivers them: into `get_buffer`, in arbitrary amounts."""
+    payloads = [bytes([i % 251]) * size for i, size in enumerate(sizes)]
+    stream = memoryview(b"".join(frame(p) for p in payloads))
+    decoder = FrameDecoder(2 << 20)
+    got: list[bytes] = []
+    pos = 0
+    while pos < len(stream):
+        buf = decoder.get_buffer()
+        want = data.draw(st.integers(1, 200_000))
+        n = min(len(buf), want, len(stream) - pos)
+        buf[:n] = stream[pos : pos + n]
+        pos += n
+        got += [bytes(f) for f in decoder.received(n)]
+    assert got == payloads
+    assert decoder.buffered == 0 and not decoder.in_frame
+
+
+def test_frame_decoder_costs_what_a_peer_sent_beyond_the_in_place_limit() -> None:
+    """A peer announcing a 50 MB frame and sending 10 bytes makes us hold about that."""
+    decoder = FrameDecoder(100 << 20)
+    tracemalloc.start()
+    try:
+        assert decoder.feed((50 << 20).to_bytes(4, "big") + b"0123456789") == []
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decoder.buffered == 10
+    assert peak < SCRATCH_BYTES + 64 * 1024
 
 
 @FAST

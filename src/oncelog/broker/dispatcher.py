@@ -78,6 +78,7 @@ from oncelog.protocol.codec import (
     request_class,
     response_class,
 )
+from oncelog.protocol.framing import Frame
 from oncelog.protocol.headers import HeaderError, parse_request_header, peek_ids
 from oncelog.protocol.registry import ApiKey, is_supported, supported_range
 from oncelog.types import TopicPartition
@@ -170,7 +171,7 @@ class Dispatcher:
 
     def dispatch(
         self,
-        frame: bytes,
+        frame: Frame,
         connection_id: str,
         client_host: str = "",
         principal: str = ANONYMOUS,

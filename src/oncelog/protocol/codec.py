@@ -33,6 +33,7 @@ from kio.static.primitive import i64
 from oncelog.fileio import FileRegion
 from oncelog.protocol.extensions import extended_response
 from oncelog.protocol.fast_responses import encode_response_body
+from oncelog.protocol.framing import Frame
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
 from oncelog.protocol.records.record import encode_unsigned_varint
 
@@ -60,12 +61,12 @@ def is_flexible(api_key: int, version: int) -> bool:
     return bool(request_class(api_key, version).__flexible__)
 
 
-_READERS: dict[type[Any], Callable[[bytes, int], tuple[Any, int]]] = {}
+_READERS: dict[type[Any], Callable[[Frame, int], tuple[Any, int]]] = {}
 _WRITERS: dict[type[Any], Callable[[io.BytesIO, Any], None]] = {}
 _PLANS: dict[type[Any], _Plan] = {}
 
 
-def _reader(cls: type[Any]) -> Callable[[bytes, int], tuple[Any, int]]:
+def _reader(cls: type[Any]) -> Callable[[Frame, int], tuple[Any, int]]:
     reader = _READERS.get(cls)
     if reader is None:
         reader = _READERS[cls] = entity_reader(cls)
@@ -79,7 +80,7 @@ def _writer(cls: type[Any]) -> Callable[[io.BytesIO, Any], None]:
     return writer
 
 
-def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
+def decode_request(cls: type[Any], buf: Frame, offset: int) -> Any:
     """Decode a request body; any malformation is a DecodeError. Unknown tagged fields are
     dropped first, as Kafka ignores them.
 
@@ -102,7 +103,7 @@ def decode_request(cls: type[Any], buf: bytes, offset: int) -> Any:
     return entity
 
 
-def drop_unknown_tags(cls: type[Any], buf: bytes, offset: int = 0) -> bytes:
+def drop_unknown_tags(cls: type[Any], buf: Frame, offset: int = 0) -> Frame:
     """`buf` without the tagged fields `cls` does not know, as every Kafka client reads a
     message (kio refuses them); `buf` itself when there are none. Checks array counts."""
     edits = check_array_counts(cls, buf, offset)
@@ -323,7 +324,7 @@ def _field_shape(f: Field[Any], flexible: bool) -> _Shape:
     return shape
 
 
-def check_array_counts(cls: type[Any], buf: bytes, offset: int) -> list[_Edit]:
+def check_array_counts(cls: type[Any], buf: Frame, offset: int) -> list[_Edit]:
     """Raise DecodeError if an array in `buf[offset:]` claims more elements than can fit.
 
     Returns the edits that drop unknown tagged fields (see `_walk_entity`)."""
@@ -339,7 +340,7 @@ def check_array_counts(cls: type[Any], buf: bytes, offset: int) -> list[_Edit]:
 _Edit = tuple[int, int, bytes]
 
 
-def _apply_edits(buf: bytes, edits: list[_Edit]) -> bytes | None:
+def _apply_edits(buf: Frame, edits: list[_Edit]) -> bytes | None:
     """`buf` with the edits applied; None when they overlap (an unknown tag nested inside a
     known tagged field: left to kio, which refuses it)."""
     out, pos = bytearray(), 0
@@ -353,7 +354,7 @@ def _apply_edits(buf: bytes, edits: list[_Edit]) -> bytes | None:
     return bytes(out)
 
 
-def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
+def _uvarint(buf: Frame, pos: int) -> tuple[int, int]:
     """Unsigned varint of at most 5 bytes, as kio reads them."""
     value = 0
     for shift in range(0, 35, 7):
@@ -366,7 +367,7 @@ def _uvarint(buf: bytes, pos: int) -> tuple[int, int]:
 
 
 def _walk_entity(
-    shape: _EntityShape, buf: bytes, pos: int, end: int, edits: list[_Edit] | None = None
+    shape: _EntityShape, buf: Frame, pos: int, end: int, edits: list[_Edit] | None = None
 ) -> int:
     """Walk one entity; a tagged-field section holding tags this version does not know is
     noted in `edits` as a rewrite without them: Kafka ignores unknown tagged fields (newer
@@ -398,7 +399,7 @@ def _walk_entity(
 
 
 def _walk(
-    shape: _Shape, flexible: bool, buf: bytes, pos: int, end: int, edits: list[_Edit] | None
+    shape: _Shape, flexible: bool, buf: Frame, pos: int, end: int, edits: list[_Edit] | None
 ) -> int:
     op = shape.op
     if op == _FIXED:

@@ -14,6 +14,8 @@ from typing import NamedTuple
 from kio.serial.errors import SerialError
 from kio.serial.readers import read_unsigned_varint
 
+from oncelog.protocol.framing import Frame
+
 MAX_CLIENT_ID_BYTES = 32767
 _FIXED = struct.Struct(">hhi")
 _CLIENT_ID_LEN = struct.Struct(">h")
@@ -31,7 +33,7 @@ class RequestHeader(NamedTuple):
     client_id: str | None
 
 
-def peek_ids(frame: bytes) -> tuple[int, int, int]:
+def peek_ids(frame: Frame) -> tuple[int, int, int]:
     """(api_key, api_version, correlation_id) of a frame, for routing before full decoding."""
     if len(frame) < _FIXED.size:
         raise HeaderError(f"request of {len(frame)} bytes is shorter than a header")
@@ -39,7 +41,7 @@ def peek_ids(frame: bytes) -> tuple[int, int, int]:
     return int(key), int(version), int(correlation_id)
 
 
-def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, int]:
+def parse_request_header(frame: Frame, flexible: bool) -> tuple[RequestHeader, int]:
     """Decode the header; return it and the offset where the request body starts."""
     key, version, correlation_id = peek_ids(frame)
     pos = _FIXED.size
@@ -52,7 +54,7 @@ def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, i
         if pos + length > len(frame):
             raise HeaderError(f"client_id of {length} bytes overruns the request")
         try:
-            client_id = frame[pos : pos + length].decode("utf-8")
+            client_id = str(frame[pos : pos + length], "utf-8")
         except UnicodeDecodeError as exc:
             raise HeaderError("client_id is not UTF-8") from exc
         pos += length
@@ -63,7 +65,7 @@ def parse_request_header(frame: bytes, flexible: bool) -> tuple[RequestHeader, i
     return RequestHeader(key, version, correlation_id, client_id), pos
 
 
-def skip_tagged_fields(buf: bytes, pos: int) -> int:
+def skip_tagged_fields(buf: Frame, pos: int) -> int:
     """Skip a tagged-field section; bounded by the bytes present, whatever counts it claims."""
     try:
         count, size = read_unsigned_varint(buf, pos)

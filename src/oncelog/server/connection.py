@@ -23,7 +23,7 @@ from oncelog.broker.handlers import CloseConnection
 from oncelog.broker.purgatory import Delayed
 from oncelog.fileio import FileRegion
 from oncelog.protocol.codec import Buffer
-from oncelog.protocol.framing import FrameDecoder, FrameError
+from oncelog.protocol.framing import Frame, FrameDecoder, FrameError
 from oncelog.protocol.headers import HeaderError, peek_ids
 from oncelog.security.sasl import Answer, Forward, Reject, SaslAuthenticator
 from oncelog.server.sendfile import send_direct, take
@@ -35,7 +35,7 @@ MAX_AUTH_FRAME = 524288
 _ids = itertools.count(1)
 
 
-class Connection(asyncio.Protocol):
+class Connection(asyncio.BufferedProtocol):
     def __init__(
         self,
         dispatcher: Dispatcher,
@@ -69,7 +69,7 @@ class Connection(asyncio.Protocol):
         self._now_ms = now_ms
         #: Frames waiting their turn, with their arrival on the metrics' timer (a request's
         #: latency counts its time queued behind earlier ones, as Kafka's TotalTimeMs does).
-        self._queue: deque[tuple[bytes, float]] = deque()
+        self._queue: deque[tuple[Frame, float]] = deque()
         self._waiting: Delayed | None = None
         self._transport: asyncio.Transport | None = None
         #: The plain TCP socket under the transport, for sendfile; None over TLS.
@@ -97,12 +97,19 @@ class Connection(asyncio.Protocol):
         if transport.get_extra_info("ssl_object") is None:
             self._socket = transport.get_extra_info("socket")
 
-    def data_received(self, data: bytes) -> None:
+    def get_buffer(self, sizehint: int) -> memoryview:
+        """The socket reads straight into the framer's buffers (a large Produce into a
+        buffer of its own), not into a bytes object we would copy again."""
+        return self._decoder.get_buffer()
+
+    def buffer_updated(self, nbytes: int) -> None:
         self.last_active_ms = self._now_ms()
         try:
-            frames = self._decoder.feed(data)
+            frames = self._decoder.received(nbytes)
         except FrameError as exc:
             self.close(str(exc))
+            return
+        if not frames:
             return
         arrived = self._dispatcher.broker.metrics.now()
         self._queue.extend((frame, arrived) for frame in frames)
@@ -140,7 +147,7 @@ class Connection(asyncio.Protocol):
         ):
             frame, arrived = self._queue.popleft()
             if self._auth is not None and self._authenticating(frame):
-                step = self._auth.receive(frame)
+                step = self._auth.receive(bytes(frame))
                 if isinstance(step, Answer):
                     out.extend(step.data)
                     if self._auth.authenticated:
@@ -183,7 +190,7 @@ class Connection(asyncio.Protocol):
         self._send(out)
         self._update_reading()
 
-    def _authenticating(self, frame: bytes) -> bool:
+    def _authenticating(self, frame: Frame) -> bool:
         """True when `frame` belongs to the SASL exchange: before authentication, and a
         SaslHandshake re-authenticating an expiring session (KIP-368). An authenticated
         session past its lifetime is closed on its next other request, as Kafka does."""
