@@ -45,7 +45,9 @@ def _fill(broker: BrokerProcess, topic: str) -> dict[int, list[bytes]]:
     messages = [
         (b"k%d" % i, (b"%08d" % i) * 128, None) for i in range(PARTITIONS * PER_PARTITION)
     ]
-    producer = producer_for(broker, **{"enable.idempotence": True, "linger.ms": 20})
+    producer = producer_for(
+        broker, **{"enable.idempotence": True, "linger.ms": 20, "batch.size": 65536}
+    )
     acked = produce_all(producer, topic, messages, partition_of=lambda i: i % PARTITIONS)
     by_partition: dict[int, list[bytes]] = {p: [] for p in range(PARTITIONS)}
     for rec in sorted(acked, key=lambda r: (r.partition, r.offset)):
@@ -179,3 +181,20 @@ def test_an_answer_outlives_its_deleted_segments(broker: BrokerProcess) -> None:
         assert got_id == 3
         assert _records(fetched) == expected
         assert broker.proc.poll() is None
+
+
+def test_fetch_max_bytes_caps_a_consumer_answer(
+    broker_factory: type[BrokerProcess],
+) -> None:
+    """The broker's fetch.max.bytes bounds an answer whatever max_bytes the consumer asks
+    for (KIP-74's whole-batch rule aside), and consumers still read everything."""
+    broker = broker_factory(overrides={"fetch.max.bytes": "200000"}).start()
+    sent = _fill(broker, "capped")
+    port = int(broker.bootstrap.rsplit(":", 1)[1])
+    with RawClient(port) as client:
+        answer = _records(client.call(FETCH, 12, _fetch_body("capped", 8 << 20)))
+    total = sum(map(len, answer.values()))
+    assert 0 < total <= 200_000, {p: len(v) for p, v in answer.items()}
+    ends = {p: len(v) for p, v in sent.items()}
+    got = confluent_read(broker.bootstrap, "capped", ends)
+    assert {p: [r.value for r in recs] for p, recs in got.items()} == sent

@@ -22,6 +22,7 @@ from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
 from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import ManualClock
 from oncelog.config import BrokerConfig
+from oncelog.fileio import FileRegion
 from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
 from oncelog.protocol.records.batch import build_batch
 from oncelog.protocol.records.record import encode_record
@@ -87,7 +88,8 @@ class Broker:
         return self.dispatcher.dispatch(frame, "conn-1", received=received), version
 
     def decode(self, api_key: int, version: int, parts: list[Any]) -> Any:
-        frame = b"".join(bytes(p) for p in parts)[4:]  # without the length prefix
+        pieces = (p.read() if isinstance(p, FileRegion) else bytes(p) for p in parts)
+        frame = b"".join(pieces)[4:]  # without the length prefix
         flexible = is_flexible(api_key, version) and api_key != ApiKey.API_VERSIONS
         entity, _ = entity_reader(response_class(api_key, version))(frame, 4 + flexible)
         return entity

@@ -1,8 +1,9 @@
 """Fetch (1): stored batches as bytes, with min_bytes / max_wait_ms long polling.
 
-Limits follow KIP-74: partitions are filled in request order until `max_bytes`; each gets
-at most `partition_max_bytes`, except that the first non-empty partition always returns at
-least one whole batch so a batch larger than the limits cannot block a consumer.
+Limits follow KIP-74: partitions are filled in request order until `max_bytes` (for a
+consumer at most the broker's `fetch.max.bytes`); each gets at most `partition_max_bytes`,
+except that the first non-empty partition always returns at least one whole batch so a batch
+larger than the limits cannot block a consumer.
 If fewer than `min_bytes` are ready, the request waits in the purgatory until an append to
 one of its partitions or `max_wait_ms`. Fetch sessions (KIP-227) are not offered: the
 response carries session id 0, which tells clients to send full fetch requests.
@@ -67,6 +68,8 @@ def _collect(
     replicas = ctx.broker.replicas
     read_committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
     budget = request.max_bytes if request.max_bytes > 0 else 0
+    if request.replica_id < 0:  # a consumer's, capped as Kafka caps it
+        budget = min(budget, ctx.broker.config.get_int("fetch.max.bytes"))
     total = 0
     errors = False
     responses: list[dict[str, Any]] = []
