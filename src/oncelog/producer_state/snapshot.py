@@ -18,14 +18,13 @@ import contextlib
 import os
 import struct
 import uuid
-from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
 from crc32c import crc32c
 
 from oncelog.fileio import CorruptFileError, write_atomically
-from oncelog.producer_state.entry import MAX_CACHED_BATCHES, BatchMetadata, ProducerStateEntry
+from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
 
 SUFFIX = ".snapshot"
 VERSION = 2
@@ -54,6 +53,7 @@ def encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
     items = list(entries)
     parts = [_PAYLOAD_HEAD.pack(offset, len(items))]
     for entry in items:
+        batches = entry.batches
         parts.append(
             _PRODUCER.pack(
                 entry.producer_id,
@@ -61,12 +61,12 @@ def encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
                 entry.last_timestamp,
                 entry.coordinator_epoch,
                 entry.current_txn_first_offset,
-                len(entry.batches),
+                len(batches),
             )
         )
         parts.extend(
             _BATCH.pack(b.first_seq, b.last_seq, b.last_offset, b.offset_delta, b.timestamp)
-            for b in entry.batches
+            for b in batches
         )
     payload = b"".join(parts)
     return _HEAD.pack(_MAGIC, VERSION, crc32c(payload)) + payload
@@ -91,13 +91,15 @@ def decode(data: bytes) -> tuple[int, list[ProducerStateEntry]]:
                 payload, pos
             )
             pos += _PRODUCER.size
-            batches: deque[BatchMetadata] = deque(maxlen=MAX_CACHED_BATCHES)
+            batches = []
             for _ in range(nbatches):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(payload, pos)))
                 pos += _BATCH.size
             entries.append(ProducerStateEntry(pid, epoch, batches, last_ts, coord_epoch, txn_first))
     except struct.error as exc:
         raise CorruptFileError(f"snapshot payload truncated: {exc}") from exc
+    except ValueError as exc:  # a batch this broker cannot have written
+        raise CorruptFileError(f"snapshot holds an impossible batch: {exc}") from exc
     if pos != len(payload):
         raise CorruptFileError("bytes after the last producer in the snapshot")
     return int(offset), entries
