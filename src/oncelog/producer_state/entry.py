@@ -161,6 +161,19 @@ class ProducerStateEntry:
         fields = _UNPACK_BATCHES[self._count](self._batches)
         return tuple(_batch(fields, i) for i in range(len(fields) - 4, -1, -4))
 
+    def batch_fields(self) -> list[int]:
+        """`batches` as plain ints, five per batch (first seq, last seq, last offset, offset
+        delta, timestamp), oldest first: what a snapshot writes, without building objects."""
+        fields = _UNPACK_BATCHES[self._count](self._batches)
+        out: list[int] = []
+        for i in range(len(fields) - 4, -1, -4):
+            first_seq, offset_delta = fields[i], fields[i + 1]
+            last_seq = NO_SEQUENCE
+            if first_seq != NO_SEQUENCE:
+                last_seq = (first_seq + offset_delta) % SEQUENCE_MODULUS
+            out += (first_seq, last_seq, fields[i + 2], offset_delta, fields[i + 3])
+        return out
+
     @property
     def in_transaction(self) -> bool:
         return self.current_txn_first_offset >= 0

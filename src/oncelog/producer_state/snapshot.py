@@ -24,7 +24,7 @@ from pathlib import Path
 from crc32c import crc32c
 
 from oncelog.fileio import CorruptFileError, write_atomically
-from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
+from oncelog.producer_state.entry import MAX_CACHED_BATCHES, BatchMetadata, ProducerStateEntry
 
 SUFFIX = ".snapshot"
 VERSION = 2
@@ -33,6 +33,9 @@ _HEAD = struct.Struct(">4shI")
 _PAYLOAD_HEAD = struct.Struct(">qi")
 _PRODUCER = struct.Struct(">qhqiqb")
 _BATCH = struct.Struct(">iiqiq")
+_PRODUCER_AND_BATCHES = [
+    struct.Struct(_PRODUCER.format + _BATCH.format[1:] * n) for n in range(MAX_CACHED_BATCHES + 1)
+]
 
 
 def snapshot_path(directory: Path, offset: int) -> Path:
@@ -53,20 +56,17 @@ def encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
     items = list(entries)
     parts = [_PAYLOAD_HEAD.pack(offset, len(items))]
     for entry in items:
-        batches = entry.batches
+        batches = entry.batch_fields()
         parts.append(
-            _PRODUCER.pack(
+            _PRODUCER_AND_BATCHES[len(batches) // 5].pack(
                 entry.producer_id,
                 entry.producer_epoch,
                 entry.last_timestamp,
                 entry.coordinator_epoch,
                 entry.current_txn_first_offset,
-                len(batches),
+                len(batches) // 5,
+                *batches,
             )
-        )
-        parts.extend(
-            _BATCH.pack(b.first_seq, b.last_seq, b.last_offset, b.offset_delta, b.timestamp)
-            for b in batches
         )
     payload = b"".join(parts)
     return _HEAD.pack(_MAGIC, VERSION, crc32c(payload)) + payload
