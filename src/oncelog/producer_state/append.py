@@ -31,12 +31,7 @@ from oncelog.errors import (
     ProducerFenced,
     TransactionCoordinatorFenced,
 )
-from oncelog.producer_state.entry import (
-    NO_EPOCH,
-    BatchMetadata,
-    ProducerStateEntry,
-    in_sequence,
-)
+from oncelog.producer_state.entry import NO_EPOCH, ProducerStateEntry, in_sequence
 from oncelog.protocol.records.batch import BatchHeader
 from oncelog.types import TopicPartition
 
@@ -53,10 +48,11 @@ class CompletedTxn:
 
 class ProducerAppendInfo:
     def __init__(self, tp: TopicPartition, current: ProducerStateEntry | None, producer_id: int):
+        """`current` is staged on: pass a copy (`ProducerStateManager.prepare` decodes one)."""
         self.tp = tp
         self.producer_id = producer_id
         self.known = current is not None and current.producer_epoch != NO_EPOCH
-        self.entry = current.copy() if current is not None else ProducerStateEntry(producer_id)
+        self.entry = current if current is not None else ProducerStateEntry(producer_id)
 
     def validate(self, header: BatchHeader, *, check_sequence: bool = True) -> None:
         """Raise the Kafka error for a batch that may not be appended; stage nothing."""
@@ -98,13 +94,10 @@ class ProducerAppendInfo:
             self.entry.current_txn_first_offset = header.base_offset
         self.entry.add_batch(
             header.producer_epoch,
-            BatchMetadata(
-                header.base_sequence,
-                header.last_sequence,
-                header.last_offset,
-                header.last_offset_delta,
-                header.max_timestamp,
-            ),
+            header.base_sequence,
+            header.last_offset_delta,
+            header.last_offset,
+            header.max_timestamp,
         )
         self.known = True
 

@@ -10,13 +10,25 @@ timestamp, as Kafka does) even if retention deleted its data, then dropped by
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+import struct
+from array import array
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from oncelog.fileio import CorruptFileError
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
-from oncelog.producer_state.entry import BatchMetadata, ProducerStateEntry
+from oncelog.producer_state.entry import (
+    BATCHES_AT,
+    RECORD_KEY,
+    RECORD_SIZE,
+    BatchMetadata,
+    PackedEntries,
+    ProducerStateEntry,
+    expiry_fields_at,
+    find_duplicate_in,
+    producer_id_at,
+)
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import BatchHeader
 from oncelog.types import TopicPartition
@@ -25,9 +37,17 @@ log = logging.getLogger(__name__)
 
 DEFAULT_PRODUCER_ID_EXPIRATION_MS = 86_400_000
 SNAPSHOTS_KEPT = 3
+_MIN_TABLE = 8
+_DELETED = -1
+_U64 = 2**64 - 1
+_pid_at = struct.Struct("<q").unpack_from
 
 
 class ProducerStateManager:
+    """The producers of one partition: a map producer id -> slot of its record in the
+    tracker's table, open-addressed in an `array` (0: empty cell, -1: deleted), probed as
+    CPython's dict probes, so an entry costs a few bytes here and no Python object."""
+
     def __init__(
         self,
         tp: TopicPartition,
@@ -37,39 +57,75 @@ class ProducerStateManager:
         self.tp = tp
         self.expiration_ms = expiration_ms
         self.tracker = tracker if tracker is not None else ProducerTracker()
-        self.producers: dict[int, ProducerStateEntry] = {}
+        self._records = self.tracker.records
+        self._table = array("i", bytes(4 * _MIN_TABLE))
+        self._used = 0
+        """Cells that are not empty (live or deleted): probing needs some empty ones."""
+        self._len = 0
+        self.producers: Mapping[int, ProducerStateEntry] = _Producers(self)
+        """Read-only: producer id -> a copy of its entry."""
         self._ongoing: dict[int, int] = {}
         """producer id -> first offset of its open transaction on this partition."""
         self.map_end_offset = 0
         """Offset up to which the state reflects the log (exclusive)."""
 
     def __len__(self) -> int:
-        return len(self.producers)
+        return self._len
 
     def entry(self, producer_id: int) -> ProducerStateEntry | None:
-        return self.producers.get(producer_id)
+        """A copy of the producer's entry, if any."""
+        slot = self._slot(producer_id)
+        if not slot:
+            return None
+        return ProducerStateEntry.from_record(self._records, slot * RECORD_SIZE)
 
     def find_duplicate(self, header: BatchHeader) -> BatchMetadata | None:
         """The cached batch a retried batch duplicates (same producer, epoch, sequences)."""
-        entry = self.producers.get(header.producer_id)
-        if entry is None:
+        pid = header.producer_id
+        table = self._table
+        records = self._records
+        slot = table[pid & (len(table) - 1)]  # the first probe of `_slot`, mostly a hit
+        if not slot:
             return None
-        return entry.find_duplicate(
-            header.producer_epoch, header.base_sequence, header.last_sequence
+        if slot > 0:
+            stored_pid, epoch, count = RECORD_KEY.unpack_from(records, slot * RECORD_SIZE)
+        if slot < 0 or stored_pid != pid:
+            slot = self._slot(pid)
+            if not slot:
+                return None
+            stored_pid, epoch, count = RECORD_KEY.unpack_from(records, slot * RECORD_SIZE)
+        if epoch != header.producer_epoch:
+            return None
+        return find_duplicate_in(
+            records,
+            slot * RECORD_SIZE + BATCHES_AT,
+            count,
+            header.base_sequence,
+            header.last_offset_delta,  # the last sequence follows, as in BatchHeader
         )
 
     def prepare(self, producer_id: int) -> ProducerAppendInfo:
-        return ProducerAppendInfo(self.tp, self.producers.get(producer_id), producer_id)
+        return ProducerAppendInfo(self.tp, self.entry(producer_id), producer_id)
 
     def update(self, info: ProducerAppendInfo) -> None:
         """Apply a staged entry after its batches (or marker) were appended."""
         entry = info.entry
-        self.producers[info.producer_id] = entry
         if entry.in_transaction:
             self._ongoing[info.producer_id] = entry.current_txn_first_offset
         else:
             self._ongoing.pop(info.producer_id, None)
-        self.tracker.touch(self, info.producer_id)
+        self._store(info.producer_id, entry)
+
+    def _store(self, producer_id: int, entry: ProducerStateEntry) -> None:
+        record = entry.to_record()  # first: a value that does not fit changes nothing
+        slot = self._slot(producer_id)
+        if slot:
+            self._records[slot * RECORD_SIZE : (slot + 1) * RECORD_SIZE] = record
+        else:
+            slot = self.tracker.allocate(self)
+            self._records[slot * RECORD_SIZE : (slot + 1) * RECORD_SIZE] = record
+            self._insert(producer_id, slot)
+        self.tracker.touch(slot)
 
     def first_unstable_offset(self) -> int | None:
         """First offset of the earliest open transaction here (the LSO bound), if any."""
@@ -84,7 +140,9 @@ class ProducerStateManager:
         with an open transaction is kept, since its LSO bound must survive."""
         if producer_id in self._ongoing:
             return False
-        self.producers.pop(producer_id, None)
+        slot = self._remove(producer_id)
+        if slot:
+            self.tracker.release(slot)
         return True
 
     def replay(
@@ -120,20 +178,21 @@ class ProducerStateManager:
 
     def remove_expired(self, now_ms: int) -> int:
         """Drop producers idle longer than producer.id.expiration.ms; return how many."""
-        expired = [
-            pid
-            for pid, entry in self.producers.items()
-            if now_ms - entry.last_timestamp >= self.expiration_ms and not entry.in_transaction
-        ]
+        records = self._records
+        expired = []
+        for slot in self._slots():
+            pid, last_timestamp, txn_first_offset = expiry_fields_at(records, slot * RECORD_SIZE)
+            if now_ms - last_timestamp >= self.expiration_ms and txn_first_offset < 0:
+                expired.append(pid)
         for pid in expired:
-            del self.producers[pid]
-            self.tracker.forget(self.tp, pid)
+            self.tracker.release(self._remove(pid))
         return len(expired)
 
     def clear(self) -> None:
-        for pid in self.producers:
-            self.tracker.forget(self.tp, pid)
-        self.producers.clear()
+        for slot in self._slots():
+            self.tracker.release(slot)
+        self._table = array("i", bytes(4 * _MIN_TABLE))
+        self._used = self._len = 0
         self._ongoing.clear()
         self.map_end_offset = 0
 
@@ -143,14 +202,16 @@ class ProducerStateManager:
         """Write the state as of `map_end_offset` (segment roll, clean shutdown)."""
         if self.map_end_offset in snapshot.list_snapshots(directory):
             return
-        snapshot.write(directory, self.map_end_offset, self.producers.values())
+        snapshot.write(directory, self.map_end_offset, self._entries())
         snapshot.delete_older(directory, SNAPSHOTS_KEPT)
 
-    def frozen_entries(self) -> list[ProducerStateEntry]:
+    def frozen_entries(self) -> Sequence[ProducerStateEntry]:
         """The entries as of `map_end_offset`, for a snapshot written elsewhere (a worker
-        thread) while appends go on: `update` replaces an entry, never changes it in place
-        (`prepare` stages a copy), so a list of the current ones stays as it was."""
-        return list(self.producers.values())
+        thread) while appends go on: a copy of their records, decoded as it is read."""
+        records = self._records
+        return PackedEntries(
+            b"".join([records[s * RECORD_SIZE : (s + 1) * RECORD_SIZE] for s in self._slots()])
+        )
 
     def load_snapshot(self, directory: Path, log_end_offset: int) -> int | None:
         """Load the newest valid snapshot not beyond `log_end_offset`; return its offset.
@@ -168,12 +229,113 @@ class ProducerStateManager:
                 log.warning("%s: skipping damaged producer snapshot %s: %s", self.tp, path, exc)
                 path.unlink(missing_ok=True)
                 continue
-            self.producers = {e.producer_id: e for e in entries}
             self._ongoing = {
                 e.producer_id: e.current_txn_first_offset for e in entries if e.in_transaction
             }
-            for pid in self.producers:
-                self.tracker.touch(self, pid)
+            for e in entries:
+                self._store(e.producer_id, e)
             self.map_end_offset = snap_offset
             return snap_offset
         return None
+
+    # -- the producer id -> slot map -------------------------------------------------------
+
+    def _slot(self, producer_id: int) -> int:
+        """Slot of the producer's record, 0 if it has none."""
+        table = self._table
+        mask = len(table) - 1
+        perturb = producer_id & _U64
+        i = perturb & mask
+        records = self._records
+        while True:
+            slot = table[i]
+            if slot > 0:
+                if _pid_at(records, slot * RECORD_SIZE)[0] == producer_id:
+                    return slot
+            elif not slot:
+                return 0
+            perturb >>= 5
+            i = (i * 5 + perturb + 1) & mask
+
+    def _insert(self, producer_id: int, slot: int) -> None:
+        """Map a producer that has no slot yet."""
+        table = self._table
+        mask = len(table) - 1
+        perturb = producer_id & _U64
+        i = perturb & mask
+        while table[i] > 0:
+            perturb >>= 5
+            i = (i * 5 + perturb + 1) & mask
+        if not table[i]:
+            self._used += 1
+        table[i] = slot
+        self._len += 1
+        if self._used * 3 >= len(table) * 2:
+            self._rebuild()
+
+    def _remove(self, producer_id: int) -> int:
+        """Unmap a producer; its slot (0 if it had none), for the tracker to release."""
+        table = self._table
+        mask = len(table) - 1
+        perturb = producer_id & _U64
+        i = perturb & mask
+        records = self._records
+        while True:
+            slot = table[i]
+            if slot > 0:
+                if _pid_at(records, slot * RECORD_SIZE)[0] == producer_id:
+                    table[i] = _DELETED
+                    self._len -= 1
+                    return slot
+            elif not slot:
+                return 0
+            perturb >>= 5
+            i = (i * 5 + perturb + 1) & mask
+
+    def _rebuild(self) -> None:
+        """A table at most half full of live cells, without deleted ones."""
+        size = _MIN_TABLE
+        while size < 2 * self._len:
+            size *= 2
+        slots = list(self._slots())
+        self._table = array("i", bytes(4 * size))
+        self._used = self._len = 0
+        records = self._records
+        for slot in slots:
+            self._insert(producer_id_at(records, slot * RECORD_SIZE), slot)
+
+    def _slots(self) -> list[int]:
+        return [slot for slot in self._table if slot > 0]
+
+    def _entries(self) -> Iterator[ProducerStateEntry]:
+        records = self._records
+        for slot in self._slots():
+            yield ProducerStateEntry.from_record(records, slot * RECORD_SIZE)
+
+
+class _Producers(Mapping[int, ProducerStateEntry]):
+    """`ProducerStateManager.producers`: read-only, each entry decoded when asked for."""
+
+    __slots__ = ("_manager",)
+
+    def __init__(self, manager: ProducerStateManager) -> None:
+        self._manager = manager
+
+    def __getitem__(self, producer_id: int) -> ProducerStateEntry:
+        entry = self._manager.entry(producer_id)
+        if entry is None:
+            raise KeyError(producer_id)
+        return entry
+
+    def __contains__(self, producer_id: object) -> bool:
+        return isinstance(producer_id, int) and bool(self._manager._slot(producer_id))
+
+    def __iter__(self) -> Iterator[int]:
+        records = self._manager._records
+        return iter([producer_id_at(records, s * RECORD_SIZE) for s in self._manager._slots()])
+
+    def __len__(self) -> int:
+        return len(self._manager)
+
+    def __repr__(self) -> str:
+        return repr(dict(self.items()))

@@ -18,7 +18,6 @@ import contextlib
 import os
 import struct
 import uuid
-from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -34,6 +33,9 @@ _HEAD = struct.Struct(">4shI")
 _PAYLOAD_HEAD = struct.Struct(">qi")
 _PRODUCER = struct.Struct(">qhqiqb")
 _BATCH = struct.Struct(">iiqiq")
+_PRODUCER_AND_BATCHES = [
+    struct.Struct(_PRODUCER.format + _BATCH.format[1:] * n) for n in range(MAX_CACHED_BATCHES + 1)
+]
 
 
 def snapshot_path(directory: Path, offset: int) -> Path:
@@ -54,19 +56,17 @@ def encode(offset: int, entries: Iterable[ProducerStateEntry]) -> bytes:
     items = list(entries)
     parts = [_PAYLOAD_HEAD.pack(offset, len(items))]
     for entry in items:
+        batches = entry.batch_fields()
         parts.append(
-            _PRODUCER.pack(
+            _PRODUCER_AND_BATCHES[len(batches) // 5].pack(
                 entry.producer_id,
                 entry.producer_epoch,
                 entry.last_timestamp,
                 entry.coordinator_epoch,
                 entry.current_txn_first_offset,
-                len(entry.batches),
+                len(batches) // 5,
+                *batches,
             )
-        )
-        parts.extend(
-            _BATCH.pack(b.first_seq, b.last_seq, b.last_offset, b.offset_delta, b.timestamp)
-            for b in entry.batches
         )
     payload = b"".join(parts)
     return _HEAD.pack(_MAGIC, VERSION, crc32c(payload)) + payload
@@ -91,13 +91,15 @@ def decode(data: bytes) -> tuple[int, list[ProducerStateEntry]]:
                 payload, pos
             )
             pos += _PRODUCER.size
-            batches: deque[BatchMetadata] = deque(maxlen=MAX_CACHED_BATCHES)
+            batches = []
             for _ in range(nbatches):
                 batches.append(BatchMetadata(*_BATCH.unpack_from(payload, pos)))
                 pos += _BATCH.size
             entries.append(ProducerStateEntry(pid, epoch, batches, last_ts, coord_epoch, txn_first))
     except struct.error as exc:
         raise CorruptFileError(f"snapshot payload truncated: {exc}") from exc
+    except ValueError as exc:  # a batch this broker cannot have written
+        raise CorruptFileError(f"snapshot holds an impossible batch: {exc}") from exc
     if pos != len(payload):
         raise CorruptFileError("bytes after the last producer in the snapshot")
     return int(offset), entries

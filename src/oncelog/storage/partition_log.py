@@ -21,7 +21,7 @@ import itertools
 import logging
 import shutil
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -126,7 +126,7 @@ class RecoveryCheckpoint:
 
     offset: int
     """The log end when noted: the recovery point and snapshot offset it may give."""
-    entries: list[ProducerStateEntry] | None
+    entries: Sequence[ProducerStateEntry] | None
     """The producer state as of `offset`; None if it was not at the log end then."""
     segments: list[LogSegment]
     """Segments that may hold data not yet fsynced."""
