@@ -217,6 +217,7 @@ def worker_rk_produce(spec: dict[str, Any]) -> dict[str, Any]:
             "message.max.bytes": 2 * spec["batch_bytes"],
             "queue.buffering.max.kbytes": 1024 * 1024,
             "on_delivery": on_delivery,
+            **spec["rk_conf"],
         }
     )
     try:  # outside the timed window: connection, metadata, producer id
@@ -277,6 +278,7 @@ def worker_rk_consume(spec: dict[str, Any]) -> dict[str, Any]:
             "receive.message.max.bytes": spec["fetch_max_bytes"] + MIB,
             "queued.max.messages.kbytes": 2 * spec["fetch_max_bytes"] // 1024,
             "fetch.queue.backoff.ms": 10,
+            **spec["rk_conf"],
         }
     )
     received = nbytes = errors = 0
@@ -773,6 +775,7 @@ def run_oncelog(client: str, parts: int, args: Any, workdir: Path) -> dict[str, 
             "inflight": args.raw_inflight,
             "fetch_max_bytes": args.fetch_max_mib * MIB,
             "partition_max_bytes": args.partition_fetch_mib * MIB,
+            "rk_conf": dict(kv.split("=", 1) for kv in args.rk_conf),
         }
         tag = f"{client}-{parts}p-{uuid.uuid4().hex[:4]}"
         out: dict[str, dict] = {}
@@ -928,6 +931,13 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--fetch-max-mib", type=int, default=64, help="fetch.max.bytes in MiB")
     p.add_argument(
         "--partition-fetch-mib", type=int, default=16, help="max.partition.fetch.bytes in MiB"
+    )
+    p.add_argument(
+        "--rk-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka setting for both rdkafka clients (repeatable)",
     )
     p.add_argument("--repeat", type=int, default=1, help="passes over all cases; medians shown")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per phase")
