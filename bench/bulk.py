@@ -809,28 +809,47 @@ def _rates(result: dict[str, Any]) -> None:
     result["client_cpu_s_per_gb"] = result.get("client_cpu_s", math.nan) / gb
 
 
-def run_repeat(args: Any, workdir: Path, cases: list[tuple[str, int]]) -> dict[str, dict]:
-    """One pass over every case; returns {case name: result}."""
-    results: dict[str, dict] = {}
+def run_limits(args: Any, workdir: Path) -> dict[str, dict]:
+    """limit/produce (socket -> file), then limit/consume (sendfile of that file -> socket)."""
     path = workdir / "limit.bin"
-    volume = int(args.gib * GIB) // MIB * MIB
-    spec = {"bytes": volume, "path": str(path)}
+    spec = {"bytes": int(args.gib * GIB) // MIB * MIB, "path": str(path)}
+    out: dict[str, dict] = {}
     try:
-        results["limit/produce"] = run_pair("_sink", "_source", spec, args.timeout)
-        _report("limit/produce", results["limit/produce"])
-        if results["limit/produce"]["ok"]:
-            results["limit/consume"] = run_pair("_discard", "_sendfile", spec, args.timeout)
-            _report("limit/consume", results["limit/consume"])
+        out["produce"] = run_pair("_sink", "_source", spec, args.timeout)
+        if out["produce"]["ok"]:
+            out["consume"] = run_pair("_discard", "_sendfile", spec, args.timeout)
     finally:
         with contextlib.suppress(OSError):
             path.unlink()
+    for phase, result in out.items():
+        # The broker's side of the limit: the receiver in produce, the sender in consume.
+        role = "receiver" if phase == "produce" else "sender"
+        result["broker_cpu_s"] = result[f"{role}_cpu_s"]
+        result["broker_sys_s"] = result[f"{role}_sys_s"]
+        other = "sender" if phase == "produce" else "receiver"
+        result["client_cpu_s"] = result[f"{other}_cpu_s"]
+        _report(f"limit/{phase}", result)
+    return out
+
+
+def run_repeat(
+    args: Any, workdir: Path, cases: list[tuple[str, int]], results: dict[str, list[dict]]
+) -> None:
+    """One pass over every case, each right after a fresh measurement of the limits (the
+    machine is shared: its load moves within minutes); appends to `results[case name]`."""
     for client, parts in cases:
+        limits = run_limits(args, workdir)
+        for phase, result in limits.items():
+            results.setdefault(f"limit/{phase}", []).append(result)
         out = run_oncelog(client, parts, args, workdir)
         for phase, result in out.items():
             name = f"{CLIENT_NAMES[client]} {parts}p/{phase}"
-            results[name] = result
+            limit = limits.get(phase, {})
+            result["limit_wire_mb_s"] = limit.get("wire_mb_s", math.nan)
             _report(name, result)
-    return results
+            ok = result.get("ok") and limit.get("ok")
+            result["ratio"] = result["wire_mb_s"] / result["limit_wire_mb_s"] if ok else math.nan
+            results.setdefault(name, []).append(result)
 
 
 CLIENT_NAMES = {"rk": "oncelog rdkafka", "raw": "oncelog raw"}
@@ -860,30 +879,23 @@ def _f(value: float, digits: int = 1) -> str:
     return "-" if math.isnan(value) else f"{value:,.{digits}f}"
 
 
-def summarize(repeats: list[dict[str, dict]]) -> list[dict[str, Any]]:
-    """Median per case over the repeats; ratios are taken within each repeat first."""
-    names = list(dict.fromkeys(name for rep in repeats for name in rep))
+def summarize(results: dict[str, list[dict]]) -> list[dict[str, Any]]:
+    """Median per case over its runs; ratios were taken against the limit run just before."""
     rows = []
-    for name in names:
-        limit = "limit/produce" if name.endswith("/produce") else "limit/consume"
-        runs = [rep[name] for rep in repeats if name in rep and rep[name].get("ok")]
-        ratios = [
-            rep[name]["wire_mb_s"] / rep[limit]["wire_mb_s"]
-            for rep in repeats
-            if rep.get(name, {}).get("ok") and rep.get(limit, {}).get("ok")
-        ]
+    for name, runs in results.items():
+        good = [r for r in runs if r.get("ok")]
 
-        def med(key: str, runs: list[dict] = runs) -> float:
-            return _med([float(r.get(key, math.nan)) for r in runs])
+        def med(key: str, good: list[dict] = good) -> float:
+            return _med([float(r.get(key, math.nan)) for r in good])
 
         rows.append(
             {
                 "case": name,
-                "runs_ok": len(runs),
-                "runs": sum(name in rep for rep in repeats),
+                "runs_ok": len(good),
+                "runs": len(runs),
                 "payload_mb_s": med("payload_mb_s"),
                 "wire_mb_s": med("wire_mb_s"),
-                "ratio": _med(ratios),
+                "ratio": med("ratio"),
                 "broker_cpu_s_per_gb": med("broker_cpu_s_per_gb"),
                 "client_cpu_s_per_gb": med("client_cpu_s_per_gb"),
                 "batch_avg_mib": med("batch_avg") / MIB,
@@ -896,8 +908,8 @@ def summarize(repeats: list[dict[str, dict]]) -> list[dict[str, Any]]:
 def render(rows: list[dict[str, Any]]) -> str:
     lines = [
         "| case | runs ok | wire MB/s | payload MB/s | ratio to limit | broker CPU s/GB "
-        "| client CPU s/GB | avg batch MiB |",
-        "|" + "---|" * 8,
+        "| client CPU s/GB | avg batch MiB | load avg |",
+        "|" + "---|" * 9,
     ]
     for r in rows:
         limit = r["case"].startswith("limit/")
@@ -910,9 +922,10 @@ def render(rows: list[dict[str, Any]]) -> str:
                     _f(r["wire_mb_s"]),
                     _f(r["payload_mb_s"]),
                     "1 (limit)" if limit else _f(r["ratio"], 2),
-                    "-" if limit else _f(r["broker_cpu_s_per_gb"], 2),
+                    _f(r["broker_cpu_s_per_gb"], 2),
                     _f(r["client_cpu_s_per_gb"], 2),
                     _f(r["batch_avg_mib"], 3),
+                    _f(r["loadavg"], 1),
                 ]
             )
             + " |"
@@ -963,16 +976,16 @@ def main(argv: list[str]) -> int:
     info = pc.machine_info(None)
     info["loadavg_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print("machine:", json.dumps(info), flush=True)
-    repeats: list[dict[str, dict]] = []
+    results: dict[str, list[dict]] = {}
     try:
         for i in range(args.repeat):
             print(f"repeat {i + 1}/{args.repeat}", flush=True)
-            repeats.append(run_repeat(args, workdir, cases))
+            run_repeat(args, workdir, cases, results)
     finally:
         pc._kill_started()
         shutil.rmtree(workdir, ignore_errors=True)
     info["loadavg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    rows = summarize(repeats)
+    rows = summarize(results)
     print("\nmachine:", json.dumps(info))
     print(
         f"{args.gib} GiB per case, values {args.value_size} B, batches up to "
@@ -980,8 +993,8 @@ def main(argv: list[str]) -> int:
     )
     print(render(rows))
     if args.profile:
-        for rep in repeats:
-            for name, result in rep.items():
+        for name, runs in results.items():
+            for result in runs:
                 if result.get("profile") and Path(result["profile"]).exists():
                     summary = pc.summarize_profile(Path(result["profile"]), result["profile_wall"])
                     result["profile_summary"] = summary
@@ -991,7 +1004,7 @@ def main(argv: list[str]) -> int:
                         for fn, share in summary.get(title, []):
                             print(f"  {share:5.1f}%  {fn}")
     if args.json:
-        payload = {"machine": info, "args": vars(args), "rows": rows, "repeats": repeats}
+        payload = {"machine": info, "args": vars(args), "rows": rows, "runs": results}
         args.json.write_text(json.dumps(payload, indent=2, default=str))
     return 0 if all(r["runs_ok"] == r["runs"] for r in rows) else 1
 
