@@ -3,8 +3,11 @@
 1. Read api key, version and correlation id; an unknown key or an unsupported version closes
    the connection, except ApiVersions, which answers in the v0 layout with
    UNSUPPORTED_VERSION and our ranges so the client can retry with a version we have.
-2. Decode header and body with kio; anything malformed closes the connection.
-3. Run the API's handler; build its answer into the requested version and frame it.
+2. Decode header and body (Produce by hand, records left in the frame; the rest, and any
+   Produce the hand reader does not take, with kio); anything malformed closes the
+   connection.
+3. Run the API's handler; build its answer into the requested version and frame it
+   (Produce and Fetch by hand, `protocol/fast_responses.py`).
 A handler that raises anything but CloseConnection is a bug: it is logged and that one
 connection is closed, never the broker.
 """
@@ -78,6 +81,7 @@ from oncelog.protocol.codec import (
     request_class,
     response_class,
 )
+from oncelog.protocol.fast_requests import decode_produce
 from oncelog.protocol.framing import Frame
 from oncelog.protocol.headers import HeaderError, parse_request_header, peek_ids
 from oncelog.protocol.registry import ApiKey, is_supported, supported_range
@@ -201,7 +205,9 @@ class Dispatcher:
             return Close(f"unsupported version {version} of api key {api_key}")
         try:
             header, offset = parse_request_header(frame, is_flexible(api_key, version))
-            request = decode_request(request_class(api_key, version), frame, offset)
+            request = (
+                decode_produce(version, frame, offset) if api_key == ApiKey.PRODUCE else None
+            ) or decode_request(request_class(api_key, version), frame, offset)
         except (HeaderError, DecodeError) as exc:
             return Close(f"malformed request (api key {api_key} v{version}): {exc}")
         ctx = RequestContext(

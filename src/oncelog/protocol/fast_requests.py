@@ -1,0 +1,157 @@
+"""Produce requests read by hand, so the records stay where they arrived.
+
+kio's reader returns each partition's records as a new `bytes`: a second copy of everything a
+producer sends (the socket already read it into the frame's buffer). This reader walks the
+same layout (ProduceRequest v3-v11) and gives `records` as read-only views of the frame,
+which storage writes out as they are. It reads only what is plainly well formed: anything
+else (a length past the end, a tagged field, trailing garbage inside an entity) returns None
+and the request takes kio's path, which decodes it or raises a proper DecodeError.
+`tests/property/test_fast_requests.py` holds it to kio's reader.
+"""
+
+from __future__ import annotations
+
+import datetime
+import struct
+from dataclasses import dataclass
+
+from oncelog.protocol.framing import Frame
+
+PRODUCE = 0
+_FIRST_FLEXIBLE = 9
+_I16 = struct.Struct(">h")
+_I32 = struct.Struct(">i")
+_ACKS_TIMEOUT = struct.Struct(">hi")
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionProduceData:
+    index: int
+    records: memoryview | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicProduceData:
+    name: str
+    partition_data: tuple[PartitionProduceData, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceRequest:
+    """The fields of kio's ProduceRequest the handler reads, with records as views."""
+
+    transactional_id: str | None
+    acks: int
+    timeout: datetime.timedelta
+    topic_data: tuple[TopicProduceData, ...]
+
+
+class _Malformed(Exception):
+    """Not plainly well formed: let kio decide."""
+
+
+def decode_produce(version: int, frame: Frame, offset: int) -> ProduceRequest | None:
+    """The Produce request body at `offset` of `frame`, or None (kio's path)."""
+    if not 3 <= version <= 11:
+        return None
+    try:
+        return _Reader(frame, offset, version >= _FIRST_FLEXIBLE).request()
+    except (_Malformed, struct.error, IndexError, UnicodeDecodeError):
+        return None
+
+
+class _Reader:
+    __slots__ = ("end", "flexible", "pos", "view")
+
+    def __init__(self, frame: Frame, offset: int, flexible: bool) -> None:
+        self.view = memoryview(frame).toreadonly()
+        self.pos = offset
+        self.end = len(self.view)
+        self.flexible = flexible
+
+    def request(self) -> ProduceRequest:
+        transactional_id = self.string()
+        acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(self.view, self.pos)
+        self.pos += _ACKS_TIMEOUT.size
+        topics = []
+        for _ in range(self.count()):
+            name = self.string()
+            if name is None:
+                raise _Malformed("null topic name")
+            partitions = []
+            for _ in range(self.count()):
+                (index,) = _I32.unpack_from(self.view, self.pos)
+                self.pos += 4
+                partitions.append(PartitionProduceData(index, self.records()))
+                self.no_tags()
+            topics.append(TopicProduceData(name, tuple(partitions)))
+            self.no_tags()
+        self.no_tags()
+        if self.pos > self.end:
+            raise _Malformed("past the end")
+        return ProduceRequest(
+            transactional_id,
+            acks,
+            datetime.timedelta(milliseconds=timeout_ms),
+            tuple(topics),
+        )
+
+    def uvarint(self) -> int:
+        value = shift = 0
+        while True:
+            byte = self.view[self.pos]
+            self.pos += 1
+            value |= (byte & 0x7F) << shift
+            if byte < 0x80:
+                return value
+            shift += 7
+            if shift > 28:
+                raise _Malformed("varint longer than 5 bytes")
+
+    def count(self) -> int:
+        if self.flexible:
+            n = self.uvarint() - 1
+        else:
+            (n,) = _I32.unpack_from(self.view, self.pos)
+            self.pos += 4
+        if n < 0 or n > self.end - self.pos:  # every element takes a byte at least
+            raise _Malformed(f"array of {n}")
+        return n
+
+    def string(self) -> str | None:
+        if self.flexible:
+            n = self.uvarint() - 1
+        else:
+            (n,) = _I16.unpack_from(self.view, self.pos)
+            self.pos += 2
+        if n < 0:
+            return self.null(n)
+        return str(self.take(n), "utf-8")
+
+    def records(self) -> memoryview | None:
+        if self.flexible:
+            n = self.uvarint() - 1
+        else:
+            (n,) = _I32.unpack_from(self.view, self.pos)
+            self.pos += 4
+        if n < 0:
+            return self.null(n)
+        return self.take(n)
+
+    def null(self, n: int) -> None:
+        """-1 is null; any other negative length is not a length."""
+        if n != -1:
+            raise _Malformed(f"length {n}")
+
+    def take(self, n: int) -> memoryview:
+        if self.pos + n > self.end:
+            raise _Malformed("field past the end")
+        out = self.view[self.pos : self.pos + n]
+        self.pos += n
+        return out
+
+    def no_tags(self) -> None:
+        if self.flexible:
+            if self.view[self.pos] != 0:
+                raise _Malformed("tagged fields")
+            self.pos += 1
