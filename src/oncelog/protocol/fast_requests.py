@@ -125,7 +125,8 @@ class _Reader:
             (n,) = _I16.unpack_from(self.view, self.pos)
             self.pos += 2
         if n < 0:
-            return self.null(n)
+            self.null(n)
+            return None
         return str(self.take(n), "utf-8")
 
     def records(self) -> memoryview | None:
@@ -135,7 +136,8 @@ class _Reader:
             (n,) = _I32.unpack_from(self.view, self.pos)
             self.pos += 4
         if n < 0:
-            return self.null(n)
+            self.null(n)
+            return None
         return self.take(n)
 
     def null(self, n: int) -> None:

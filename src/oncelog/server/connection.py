@@ -72,7 +72,10 @@ class Connection(asyncio.BufferedProtocol):
         self._queue: deque[tuple[Frame, float]] = deque()
         self._waiting: Delayed | None = None
         self._transport: asyncio.Transport | None = None
-        #: The plain TCP socket under the transport, for sendfile; None over TLS.
+        #: The plain TCP socket under the transport (-1 over TLS), and our own socket object
+        #: on a duplicate of it for sendfile, made on first use (uvloop's pseudo-socket makes
+        #: a new socket object for every setsockopt).
+        self._plain_fd = -1
         self._socket: socket.socket | None = None
         #: Response pieces not yet handed to the transport (a slow reader), in order.
         self._unsent: list[Buffer] = []
@@ -95,7 +98,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._auth is None:
             self.principal = ssl_principal(transport.get_extra_info("peercert")) or ANONYMOUS
         if transport.get_extra_info("ssl_object") is None:
-            self._socket = transport.get_extra_info("socket")
+            self._plain_fd = transport.get_extra_info("socket").fileno()
 
     def get_buffer(self, sizehint: int) -> memoryview:
         """The socket reads straight into the framer's buffers (a large Produce into a
@@ -120,6 +123,9 @@ class Connection(asyncio.BufferedProtocol):
         self._queue.clear()
         self._unsent = []
         self._release_regions()
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
         self._on_close(self)
 
     def pause_writing(self) -> None:
@@ -255,7 +261,9 @@ class Connection(asyncio.BufferedProtocol):
         try:
             while self._unsent and not self._write_paused and not self.closed:
                 parts, self._unsent = self._unsent, []
-                if self._socket is not None and transport.get_write_buffer_size() == 0:
+                if self._plain_fd >= 0 and transport.get_write_buffer_size() == 0:
+                    if self._socket is None:
+                        self._socket = socket.socket(fileno=os.dup(self._plain_fd))
                     parts = send_direct(self._socket, parts)
                 if not parts:
                     break
