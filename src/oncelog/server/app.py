@@ -36,6 +36,7 @@ from oncelog.config import BrokerConfig, Listener
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import KafkaError
 from oncelog.security.credentials import ScramCredentials
+from oncelog.server import loop_monitor
 from oncelog.server.cleaner_pool import new_pool, stop_pool
 from oncelog.server.connection import Connection
 from oncelog.server.listeners import ListenerSetup, authenticator_factory, setup_listeners
@@ -455,8 +456,16 @@ class BrokerServer:
 
     async def serve_until_stopped(self) -> None:
         self.install_signal_handlers()
-        await self._stopped.wait()
-        await self.stop()
+        # Latency diagnostics (loop lag, stalls, GC pauses) when ONCELOG_LOOP_MONITOR is set.
+        monitor = loop_monitor.from_environment()
+        if monitor is not None:
+            monitor.start()
+        try:
+            await self._stopped.wait()
+            await self.stop()
+        finally:
+            if monitor is not None:
+                monitor.stop()
 
     def request_stop(self) -> None:
         self._stopped.set()

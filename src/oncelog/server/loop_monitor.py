@@ -1,0 +1,215 @@
+"""Latency diagnostics for benchmarks: event-loop lag, loop stalls with their stacks, GC pauses.
+
+Off unless the environment names a file: ``ONCELOG_LOOP_MONITOR=/path/stats-{pid}.json`` (read by
+`oncelog serve`, see `app.run`). Not a broker setting: it is for `bench/latency.py` and for
+looking at one broker's tail by hand; it costs a timer every ``ONCELOG_LOOP_MONITOR_MS``
+(default 2) on the loop and a thread that wakes as often.
+
+What it records, every figure with `time.monotonic()` stamps (one clock for every process of
+the machine, so a benchmark can pick the events of its own time window):
+
+* lag: how late the loop ran a timer due every interval (its overshoot), as a histogram, and
+  every overshoot of at least ``SLOW_MS`` with its time (2 ms: uvloop's timers have 1 ms
+  resolution);
+* stalls: a watchdog thread notices when the loop has not run the timer for ``STALL_MS`` and
+  takes the loop thread's stack once per stall (`sys._current_frames`): what held the loop.
+  A stall inside a system call (fsync) is seen at once; one in Python code after the
+  interpreter's switch interval (5 ms), when the watchdog gets the GIL;
+* GC: every collection's generation and pause (`gc.callbacks`), counts and a histogram per
+  generation, each pause of at least ``SLOW_MS`` with its time.
+
+The summary is written as JSON (temporary file + rename, no fsync: it is a diagnostic) by the
+watchdog thread every second and once more at stop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+ENV_PATH = "ONCELOG_LOOP_MONITOR"
+ENV_INTERVAL = "ONCELOG_LOOP_MONITOR_MS"
+SLOW_MS = 2.0
+STALL_MS = 4.0
+#: Histogram bucket upper bounds, ms (the last bucket is everything above).
+BUCKETS_MS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 100, 250, 500, 1000)
+MAX_EVENTS = 2000
+DUMP_EVERY_S = 1.0
+
+
+def _bucket(ms: float) -> int:
+    for i, bound in enumerate(BUCKETS_MS):
+        if ms <= bound:
+            return i
+    return len(BUCKETS_MS)
+
+
+def _short_stack(frame: Any, limit: int = 14) -> list[str]:
+    """The innermost `limit` frames, innermost first, as "function (file:line)"."""
+    out = []
+    for summary in reversed(traceback.extract_stack(frame, limit=limit)):
+        where = summary.filename
+        for marker in ("/site-packages/", "/src/", "/lib/python"):
+            if marker in where:
+                where = where.split(marker, 1)[1]
+                break
+        out.append(f"{summary.name} ({where}:{summary.lineno})")
+    return out
+
+
+class LoopMonitor:
+    def __init__(self, path: Path, interval_ms: float = 2.0) -> None:
+        self.path = path
+        self.interval = interval_ms / 1000
+        self.started = time.monotonic()
+        self.lag_hist = [0] * (len(BUCKETS_MS) + 1)
+        self.lag_samples = 0
+        self.lag_max_ms = 0.0
+        self.slow: list[tuple[float, float]] = []  # (time, lag ms)
+        self.stalls: list[dict[str, Any]] = []
+        self.gc_hist = {g: [0] * (len(BUCKETS_MS) + 1) for g in range(3)}
+        self.gc_count = {g: 0 for g in range(3)}
+        self.gc_total_ms = {g: 0.0 for g in range(3)}
+        self.gc_max_ms = {g: 0.0 for g in range(3)}
+        self.gc_slow: list[tuple[float, int, float, int]] = []  # (time, gen, ms, collected)
+        self._gc_start = 0.0
+        self._beat = time.monotonic()
+        self._due = 0.0
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = threading.get_ident()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- on the loop ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
+        gc.callbacks.append(self._on_gc)
+        self._due = time.monotonic() + self.interval
+        self._timer = self._loop.call_at(self._loop.time() + self.interval, self._tick)
+        self._thread = threading.Thread(target=self._watch, name="loop-monitor", daemon=True)
+        self._thread.start()
+
+    def _tick(self) -> None:
+        now = time.monotonic()
+        lag_ms = max(0.0, (now - self._due) * 1000)
+        self._beat = now
+        with self._lock:
+            self.lag_samples += 1
+            self.lag_hist[_bucket(lag_ms)] += 1
+            self.lag_max_ms = max(self.lag_max_ms, lag_ms)
+            if lag_ms >= SLOW_MS and len(self.slow) < MAX_EVENTS:
+                self.slow.append((round(self._due, 6), round(lag_ms, 3)))
+        assert self._loop is not None
+        self._due = now + self.interval
+        self._timer = self._loop.call_at(self._loop.time() + self.interval, self._tick)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        with contextlib.suppress(ValueError):
+            gc.callbacks.remove(self._on_gc)
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(2)
+        self.dump()
+
+    # -- GC callbacks (whichever thread collects) ----------------------------------------------
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_start = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._gc_start) * 1000
+        gen = info.get("generation", 0)
+        with self._lock:
+            self.gc_count[gen] += 1
+            self.gc_total_ms[gen] += ms
+            self.gc_max_ms[gen] = max(self.gc_max_ms[gen], ms)
+            self.gc_hist[gen][_bucket(ms)] += 1
+            if ms >= SLOW_MS and len(self.gc_slow) < MAX_EVENTS:
+                self.gc_slow.append(
+                    (round(time.monotonic(), 6), gen, round(ms, 3), info.get("collected", 0))
+                )
+
+    # -- the watchdog thread -------------------------------------------------------------------
+
+    def _watch(self) -> None:
+        stalled_since = 0.0
+        last_dump = time.monotonic()
+        while not self._stop.wait(self.interval):
+            now = time.monotonic()
+            behind = now - max(self._beat, self._due)
+            if behind * 1000 >= STALL_MS:
+                beat = self._beat
+                if stalled_since != beat:  # once per stall
+                    stalled_since = beat
+                    frame = sys._current_frames().get(self._loop_thread)
+                    stack = _short_stack(frame) if frame is not None else []
+                    with self._lock:
+                        if len(self.stalls) < MAX_EVENTS:
+                            self.stalls.append(
+                                {
+                                    "time": round(now, 6),
+                                    "behind_ms": round(behind * 1000, 3),
+                                    "stack": stack,
+                                }
+                            )
+            if now - last_dump >= DUMP_EVERY_S:
+                last_dump = now
+                with contextlib.suppress(OSError):
+                    self.dump()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "pid": os.getpid(),
+                "started": self.started,
+                "written": time.monotonic(),
+                "interval_ms": self.interval * 1000,
+                "buckets_ms": list(BUCKETS_MS),
+                "lag": {
+                    "samples": self.lag_samples,
+                    "hist": list(self.lag_hist),
+                    "max_ms": round(self.lag_max_ms, 3),
+                    "slow": list(self.slow),
+                },
+                "stalls": list(self.stalls),
+                "gc": {
+                    "count": dict(self.gc_count),
+                    "total_ms": {g: round(v, 3) for g, v in self.gc_total_ms.items()},
+                    "max_ms": {g: round(v, 3) for g, v in self.gc_max_ms.items()},
+                    "hist": {g: list(h) for g, h in self.gc_hist.items()},
+                    "slow": list(self.gc_slow),
+                    "thresholds": list(gc.get_threshold()),
+                    "frozen": gc.get_freeze_count(),
+                },
+            }
+
+    def dump(self) -> None:
+        data = json.dumps(self.snapshot())
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(data)
+        os.replace(tmp, self.path)
+
+
+def from_environment() -> LoopMonitor | None:
+    """A monitor if ONCELOG_LOOP_MONITOR names a file, else None ("{pid}" in the name is
+    replaced by the process id: brokers started with one environment write apart)."""
+    path = os.environ.get(ENV_PATH)
+    if not path:
+        return None
+    interval = float(os.environ.get(ENV_INTERVAL, "2") or 2)
+    return LoopMonitor(Path(path.replace("{pid}", str(os.getpid()))), interval)
