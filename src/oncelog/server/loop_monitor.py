@@ -89,7 +89,6 @@ class LoopMonitor:
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
 
     # -- on the loop ---------------------------------------------------------------------------
 
@@ -106,12 +105,11 @@ class LoopMonitor:
         now = time.monotonic()
         lag_ms = max(0.0, (now - self._due) * 1000)
         self._beat = now
-        with self._lock:
-            self.lag_samples += 1
-            self.lag_hist[_bucket(lag_ms)] += 1
-            self.lag_max_ms = max(self.lag_max_ms, lag_ms)
-            if lag_ms >= SLOW_MS and len(self.slow) < MAX_EVENTS:
-                self.slow.append((round(self._due, 6), round(lag_ms, 3)))
+        self.lag_samples += 1
+        self.lag_hist[_bucket(lag_ms)] += 1
+        self.lag_max_ms = max(self.lag_max_ms, lag_ms)
+        if lag_ms >= SLOW_MS and len(self.slow) < MAX_EVENTS:
+            self.slow.append((round(self._due, 6), round(lag_ms, 3)))
         assert self._loop is not None
         self._due = now + self.interval
         self._timer = self._loop.call_at(self._loop.time() + self.interval, self._tick)
@@ -134,15 +132,14 @@ class LoopMonitor:
             return
         ms = (time.perf_counter() - self._gc_start) * 1000
         gen = info.get("generation", 0)
-        with self._lock:
-            self.gc_count[gen] += 1
-            self.gc_total_ms[gen] += ms
-            self.gc_max_ms[gen] = max(self.gc_max_ms[gen], ms)
-            self.gc_hist[gen][_bucket(ms)] += 1
-            if ms >= SLOW_MS and len(self.gc_slow) < MAX_EVENTS:
-                self.gc_slow.append(
-                    (round(time.monotonic(), 6), gen, round(ms, 3), info.get("collected", 0))
-                )
+        self.gc_count[gen] += 1
+        self.gc_total_ms[gen] += ms
+        self.gc_max_ms[gen] = max(self.gc_max_ms[gen], ms)
+        self.gc_hist[gen][_bucket(ms)] += 1
+        if ms >= SLOW_MS and len(self.gc_slow) < MAX_EVENTS:
+            self.gc_slow.append(
+                (round(time.monotonic(), 6), gen, round(ms, 3), info.get("collected", 0))
+            )
 
     # -- the watchdog thread -------------------------------------------------------------------
 
@@ -158,45 +155,47 @@ class LoopMonitor:
                     stalled_since = beat
                     frame = sys._current_frames().get(self._loop_thread)
                     stack = _short_stack(frame) if frame is not None else []
-                    with self._lock:
-                        if len(self.stalls) < MAX_EVENTS:
-                            self.stalls.append(
-                                {
-                                    "time": round(now, 6),
-                                    "behind_ms": round(behind * 1000, 3),
-                                    "stack": stack,
-                                }
-                            )
+                    if len(self.stalls) < MAX_EVENTS:
+                        self.stalls.append(
+                            {
+                                "time": round(now, 6),
+                                "behind_ms": round(behind * 1000, 3),
+                                "stack": stack,
+                            }
+                        )
             if now - last_dump >= DUMP_EVERY_S:
                 last_dump = now
                 with contextlib.suppress(OSError):
                     self.dump()
 
     def snapshot(self) -> dict[str, Any]:
-        with self._lock:
-            return {
-                "pid": os.getpid(),
-                "started": self.started,
-                "written": time.monotonic(),
-                "interval_ms": self.interval * 1000,
-                "buckets_ms": list(BUCKETS_MS),
-                "lag": {
-                    "samples": self.lag_samples,
-                    "hist": list(self.lag_hist),
-                    "max_ms": round(self.lag_max_ms, 3),
-                    "slow": list(self.slow),
-                },
-                "stalls": list(self.stalls),
-                "gc": {
-                    "count": dict(self.gc_count),
-                    "total_ms": {g: round(v, 3) for g, v in self.gc_total_ms.items()},
-                    "max_ms": {g: round(v, 3) for g, v in self.gc_max_ms.items()},
-                    "hist": {g: list(h) for g, h in self.gc_hist.items()},
-                    "slow": list(self.gc_slow),
-                    "thresholds": list(gc.get_threshold()),
-                    "frozen": gc.get_freeze_count(),
-                },
-            }
+        # No lock: the GC callback runs in whichever thread allocates, the loop thread or this
+        # one, possibly while that thread is in here; a lock taken here and there deadlocks
+        # (it did: the broker hung). Each update is a few bytecodes under the GIL, and a
+        # summary a few events out of step is good enough for a diagnostic.
+        return {
+            "pid": os.getpid(),
+            "started": self.started,
+            "written": time.monotonic(),
+            "interval_ms": self.interval * 1000,
+            "buckets_ms": list(BUCKETS_MS),
+            "lag": {
+                "samples": self.lag_samples,
+                "hist": list(self.lag_hist),
+                "max_ms": round(self.lag_max_ms, 3),
+                "slow": list(self.slow),
+            },
+            "stalls": list(self.stalls),
+            "gc": {
+                "count": dict(self.gc_count),
+                "total_ms": {g: round(v, 3) for g, v in self.gc_total_ms.items()},
+                "max_ms": {g: round(v, 3) for g, v in self.gc_max_ms.items()},
+                "hist": {g: list(h) for g, h in self.gc_hist.items()},
+                "slow": list(self.gc_slow),
+                "thresholds": list(gc.get_threshold()),
+                "frozen": gc.get_freeze_count(),
+            },
+        }
 
     def dump(self) -> None:
         data = json.dumps(self.snapshot())
