@@ -12,9 +12,9 @@ the machine, so a benchmark can pick the events of its own time window):
   every overshoot of at least ``SLOW_MS`` with its time (2 ms: uvloop's timers have 1 ms
   resolution);
 * stalls: a watchdog thread notices when the loop has not run the timer for ``STALL_MS`` and
-  takes the loop thread's stack once per stall (`sys._current_frames`): what held the loop.
-  A stall inside a system call (fsync) is seen at once; one in Python code after the
-  interpreter's switch interval (5 ms), when the watchdog gets the GIL;
+  takes the loop thread's stack once per stall (`faulthandler.dump_traceback`): what held
+  the loop. A stall inside a system call (fsync) is seen at once; one in Python code after
+  the interpreter's switch interval (5 ms), when the watchdog gets the GIL;
 * GC: every collection's generation and pause (`gc.callbacks`), counts and a histogram per
   generation, each pause of at least ``SLOW_MS`` with its time.
 
@@ -26,15 +26,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import gc
 import json
 import os
-import sys
+import tempfile
 import threading
 import time
-import traceback
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ENV_PATH = "ONCELOG_LOOP_MONITOR"
 ENV_INTERVAL = "ONCELOG_LOOP_MONITOR_MS"
@@ -53,17 +53,30 @@ def _bucket(ms: float) -> int:
     return len(BUCKETS_MS)
 
 
-def _short_stack(frame: Any, limit: int = 14) -> list[str]:
-    """The innermost `limit` frames, innermost first, as "function (file:line)"."""
-    out = []
-    for summary in reversed(traceback.extract_stack(frame, limit=limit)):
-        where = summary.filename
-        for marker in ("/site-packages/", "/src/", "/lib/python"):
-            if marker in where:
-                where = where.split(marker, 1)[1]
-                break
-        out.append(f"{summary.name} ({where}:{summary.lineno})")
-    return out
+def _short_frame(line: str) -> str:
+    """`  File "/x/src/oncelog/a.py", line 3 in f` as `f (oncelog/a.py:3)`."""
+    try:
+        where, _, rest = line.strip()[len('File "') :].partition('", line ')
+        lineno, _, name = rest.partition(" in ")
+    except ValueError:
+        return line.strip()
+    for marker in ("/site-packages/", "/src/", "/lib/python"):
+        if marker in where:
+            where = where.split(marker, 1)[1]
+            break
+    return f"{name} ({where}:{lineno})"
+
+
+def _thread_stack(dump: str, ident: int, limit: int = 14) -> list[str]:
+    """The frames (innermost first) of thread `ident` in a faulthandler dump."""
+    out: list[str] = []
+    mine = False
+    for line in dump.splitlines():
+        if line.startswith(("Thread 0x", "Current thread 0x")):
+            mine = int(line.split("0x", 1)[1].split()[0], 16) == ident
+        elif mine and line.strip().startswith("File "):
+            out.append(_short_frame(line))
+    return out[:limit]
 
 
 class LoopMonitor:
@@ -89,6 +102,7 @@ class LoopMonitor:
         self._loop_thread = threading.get_ident()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._dump: IO[bytes] | None = None
 
     # -- on the loop ---------------------------------------------------------------------------
 
@@ -123,6 +137,8 @@ class LoopMonitor:
         if self._thread is not None:
             self._thread.join(2)
         self.dump()
+        if self._dump is not None:
+            self._dump.close()
 
     # -- GC callbacks (whichever thread collects) ----------------------------------------------
 
@@ -153,8 +169,7 @@ class LoopMonitor:
                 beat = self._beat
                 if stalled_since != beat:  # once per stall
                     stalled_since = beat
-                    frame = sys._current_frames().get(self._loop_thread)
-                    stack = _short_stack(frame) if frame is not None else []
+                    stack = self._loop_stack()
                     if len(self.stalls) < MAX_EVENTS:
                         self.stalls.append(
                             {
@@ -167,6 +182,20 @@ class LoopMonitor:
                 last_dump = now
                 with contextlib.suppress(OSError):
                     self.dump()
+
+    def _loop_stack(self) -> list[str]:
+        """The loop thread's stack, from faulthandler's dump (C, reads the frames in place).
+        Not `sys._current_frames()`: walking another thread's frame objects has a history of
+        crashes on 3.11 (cpython#99110, #111363), and a broker running the first version of
+        this monitor died of a segfault in a thread."""
+        if self._dump is None:
+            self._dump = tempfile.TemporaryFile()  # noqa: SIM115 - kept for every stall
+        self._dump.seek(0)
+        self._dump.truncate()
+        faulthandler.dump_traceback(self._dump, all_threads=True)
+        self._dump.seek(0)
+        text = self._dump.read().decode("utf-8", "replace")
+        return _thread_stack(text, self._loop_thread)
 
     def snapshot(self) -> dict[str, Any]:
         # No lock: the GC callback runs in whichever thread allocates, the loop thread or this
