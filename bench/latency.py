@@ -336,7 +336,14 @@ def monitor_window(before: dict[str, Any] | None, after: dict[str, Any] | None,
     inside = [e for e in after["lag"]["slow"] if t0 <= e[0] <= t1]
     stalls = [s for s in after["stalls"] if t0 <= s["time"] <= t1]
     gc_slow = [e for e in after["gc"]["slow"] if t0 <= e[0] <= t1]
+    full = [e for e in inside if len(e) >= 5 and e[3] >= 0]
     return {
+        "lag_slow_ms_total": round(sum(e[1] for e in inside), 1),
+        # over the slow ticks (since the tick before each): the loop thread's run-queue wait
+        # (cores busy elsewhere) and its own CPU time (a busy loop); the rest, blocked
+        "lag_slow_runqueue_ms": round(sum(e[3] for e in full), 1) if full else None,
+        "lag_slow_cpu_ms": round(sum(e[2] for e in full), 1) if full else None,
+        "lag_slow_since_ms": round(sum(e[4] for e in full), 1) if full else None,
         "lag_samples": sum(lag),
         "lag_p99_ms_le": hist_q(lag, 99),
         "lag_p999_ms_le": hist_q(lag, 99.9),
@@ -515,6 +522,12 @@ def print_run(r: dict[str, Any]) -> None:
             f"{m['gc_count']} total ms {m['gc_total_ms']}, {len(m['gc_slow'])} pauses ≥2 ms "
             f"(max {m['gc_max_ms']:.1f})"
         )
+        if m.get("lag_slow_runqueue_ms") is not None:
+            print(
+                f"    slow ticks: {m['lag_slow_since_ms']:.0f} ms between them, of which the "
+                f"loop waited for a core {m['lag_slow_runqueue_ms']:.0f} ms and ran "
+                f"{m['lag_slow_cpu_ms']:.0f} ms (the rest: blocked, e.g. IO, GIL)"
+            )
         for count, worst, where in stall_summary(m["stalls"]):
             print(f"    {count}x stall (worst {worst:.0f} ms): {where[:260]}")
     slow_seconds = sorted(

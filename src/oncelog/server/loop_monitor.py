@@ -10,7 +10,9 @@ the machine, so a benchmark can pick the events of its own time window):
 
 * lag: how late the loop ran a timer due every interval (its overshoot), as a histogram, and
   every overshoot of at least ``SLOW_MS`` with its time (2 ms: uvloop's timers have 1 ms
-  resolution);
+  resolution), the loop thread's CPU time and its run-queue wait (Linux schedstat) since
+  the timer ran before: busy loop, blocked loop or a machine whose cores were busy
+  elsewhere;
 * stalls: a watchdog thread notices when the loop has not run the timer for ``STALL_MS`` and
   takes the loop thread's stack once per stall (`faulthandler.dump_traceback`): what held
   the loop. A stall inside a system call (fsync) is seen at once; one in Python code after
@@ -87,7 +89,8 @@ class LoopMonitor:
         self.lag_hist = [0] * (len(BUCKETS_MS) + 1)
         self.lag_samples = 0
         self.lag_max_ms = 0.0
-        self.slow: list[tuple[float, float]] = []  # (time, lag ms)
+        #: (time, lag ms, loop CPU ms, run-queue wait ms, ms since the previous tick)
+        self.slow: list[tuple[float, float, float, float, float]] = []
         self.stalls: list[dict[str, Any]] = []
         self.gc_hist = {g: [0] * (len(BUCKETS_MS) + 1) for g in range(3)}
         self.gc_count = {g: 0 for g in range(3)}
@@ -103,12 +106,21 @@ class LoopMonitor:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._dump: IO[bytes] | None = None
+        self._schedstat = -1
+        self._last = self._cpu = 0.0
+        self._waited = -1
 
     # -- on the loop ---------------------------------------------------------------------------
 
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
+        try:  # Linux: this thread's scheduler statistics (run time, run-queue wait, slices)
+            self._schedstat = os.open("/proc/thread-self/schedstat", os.O_RDONLY)
+        except OSError:
+            self._schedstat = -1
+        self._last, self._cpu, self._waited = time.monotonic(), time.thread_time(), -1
+        self._waited = self._runqueue_ns()
         gc.callbacks.append(self._on_gc)
         self._due = time.monotonic() + self.interval
         self._timer = self._loop.call_at(self._loop.time() + self.interval, self._tick)
@@ -117,16 +129,40 @@ class LoopMonitor:
 
     def _tick(self) -> None:
         now = time.monotonic()
+        cpu = time.thread_time()
+        waited = self._runqueue_ns()
         lag_ms = max(0.0, (now - self._due) * 1000)
         self._beat = now
         self.lag_samples += 1
         self.lag_hist[_bucket(lag_ms)] += 1
         self.lag_max_ms = max(self.lag_max_ms, lag_ms)
         if lag_ms >= SLOW_MS and len(self.slow) < MAX_EVENTS:
-            self.slow.append((round(self._due, 6), round(lag_ms, 3)))
+            # Since the previous tick: the loop thread's CPU time, and its time runnable but
+            # waiting for a core (schedstat). Much lag with little of either: it was blocked
+            # in a system call (or on the GIL); lag ~ run-queue wait: the machine's cores
+            # were busy elsewhere.
+            self.slow.append(
+                (
+                    round(self._due, 6),
+                    round(lag_ms, 3),
+                    round((cpu - self._cpu) * 1000, 3),
+                    round((waited - self._waited) / 1e6, 3) if waited >= 0 else -1.0,
+                    round((now - self._last) * 1000, 3),
+                )
+            )
+        self._last, self._cpu, self._waited = now, cpu, waited
         assert self._loop is not None
         self._due = now + self.interval
         self._timer = self._loop.call_at(self._loop.time() + self.interval, self._tick)
+
+    def _runqueue_ns(self) -> int:
+        """The loop thread's time spent waiting on a run queue so far, ns (-1: unknown)."""
+        if self._schedstat < 0:
+            return -1
+        try:
+            return int(os.pread(self._schedstat, 128, 0).split()[1])
+        except (OSError, ValueError, IndexError):
+            return -1
 
     def stop(self) -> None:
         if self._timer is not None:
@@ -139,6 +175,9 @@ class LoopMonitor:
         self.dump()
         if self._dump is not None:
             self._dump.close()
+        if self._schedstat >= 0:
+            os.close(self._schedstat)
+            self._schedstat = -1
 
     # -- GC callbacks (whichever thread collects) ----------------------------------------------
 
