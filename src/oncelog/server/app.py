@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import socket
@@ -545,6 +546,7 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
             log.debug("start-up failed", exc_info=True)
             raise StartupError(f"start-up failed: {type(exc).__name__}: {exc}") from exc
         server.install_signal_handlers()
+        _freeze_startup_objects()
         listener = config.listener
         dirs = ",".join(str(d) for d in config.log_dirs)
         notes[:0] = _listeners_note(config, server.ports)
@@ -573,6 +575,15 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
             lock.release()
     sys.stdout.flush()
     return 0
+
+
+def _freeze_startup_objects() -> None:
+    """Move what start-up built (modules, kio's message classes, configs, loaded logs) out of
+    the GC's reach: a full collection then walks only objects made while serving, not the
+    ~60,000 of start-up again each time (20-60 ms a collection here). What start-up built
+    lives as long as the broker, so leaving it out costs nothing (Instagram's gc.freeze)."""
+    gc.collect()
+    gc.freeze()
 
 
 def _listeners_note(config: BrokerConfig, ports: dict[str, int]) -> list[str]:
