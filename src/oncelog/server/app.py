@@ -166,10 +166,15 @@ class BrokerServer:
         self.port = 0
         self.dispatcher: Dispatcher | None = None
         self._cleaner_pool: ProcessPoolExecutor | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._flushing = asyncio.Lock()
+        self._roll_flush: asyncio.Future[None] | None = None
+        self._roll_wanted = False
+        self.replicas.logs.roll_hook = self._rolled
 
     async def start(self) -> int:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         setups = setup_listeners(self.config)  # a bad TLS/SASL setting stops us before the disk
         await loop.run_in_executor(None, self.replicas.startup)
         if self.cluster is None:
@@ -398,8 +403,34 @@ class BrokerServer:
             log.info("retention deleted %d segments", deleted)
 
     async def _flush(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, self.replicas.logs.flush_rolled)
+        await self._flush_rolled()
         self.replicas.logs.flush_by_time()
+
+    async def _flush_rolled(self) -> None:
+        """fsync rolled segments and write their rolls' producer snapshots, in a worker
+        thread; one run at a time (the 1 s timer, or a roll asking for one)."""
+        async with self._flushing:
+            await asyncio.get_running_loop().run_in_executor(
+                None, self.replicas.logs.flush_rolled
+            )
+
+    def _rolled(self) -> None:
+        """A partition rolled (storage's hook, on the loop or a start-up thread): write its
+        snapshot within milliseconds rather than at the next 1 s flush."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            return
+        loop.call_soon_threadsafe(self._schedule_roll_flush)
+
+    def _schedule_roll_flush(self) -> None:
+        self._roll_wanted = True
+        if self._roll_flush is None or self._roll_flush.done():
+            self._roll_flush = asyncio.ensure_future(self._flush_after_rolls())
+
+    async def _flush_after_rolls(self) -> None:
+        while self._roll_wanted:  # rolls during a flush get one more
+            self._roll_wanted = False
+            await self._flush_rolled()
 
     async def _clean(self) -> None:
         """Clean partitions until none needs it (Kafka's cleaner thread, then its backoff).
@@ -486,6 +517,8 @@ class BrokerServer:
             listening.close()
         for task in self._tasks:
             task.cancel()
+        if self._roll_flush is not None:
+            self._roll_flush.cancel()
         if self._group_timer is not None:
             self._group_timer.cancel()
         for conn in list(self.connections):

@@ -154,9 +154,15 @@ class LogManager:
         self.clean_start = True
         #: Runs every segment fsync of every partition (the broker times them for metrics).
         self.flush_hook: Callable[[Callable[[], None]], None] = _run
+        #: Called when a partition rolled a segment (on whatever thread appended): the
+        #: broker then runs `flush_rolled` in a worker soon, not only on its 1 s timer.
+        self.roll_hook: Callable[[], None] = _nothing
 
     def _flush(self, flush: Callable[[], None]) -> None:
         self.flush_hook(flush)
+
+    def _rolled(self) -> None:
+        self.roll_hook()
 
     def startup(self, config_for: Callable[[str], LogConfig | None]) -> None:
         """Load every partition directory whose topic is known; recover after a crash."""
@@ -193,6 +199,7 @@ class LogManager:
                 )
                 self.logs[tp].cleaner_checkpoint = cleaned.get(tp, 0)
                 self.logs[tp].flush_hook = self._flush
+                self.logs[tp].roll_hook = self._rolled
                 self._dir_of[tp] = log_dir
             if clean:
                 marker.unlink(missing_ok=True)
@@ -229,6 +236,7 @@ class LogManager:
             replicated=self.replication if replicated is None else replicated,
         )
         plog.flush_hook = self._flush
+        plog.roll_hook = self._rolled
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir
         return plog
@@ -253,6 +261,7 @@ class LogManager:
         )
         fresh.cleaner_checkpoint = plog.cleaner_checkpoint
         fresh.flush_hook = self._flush
+        fresh.roll_hook = self._rolled
         self.logs[tp] = fresh
         return fresh
 
@@ -379,3 +388,7 @@ class LogManager:
 
 def _run(flush: Callable[[], None]) -> None:
     flush()
+
+
+def _nothing() -> None:
+    return None

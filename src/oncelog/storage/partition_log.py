@@ -194,6 +194,8 @@ class PartitionLog:
         self._high_watermark = 0
         """The stored high watermark; used only when `_replicated`."""
         self.flush_hook: Callable[[Callable[[], None]], None] = _run
+        self.roll_hook: Callable[[], None] = _no_roll_hook
+        """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""
         """Runs each segment fsync given to it (the broker's metrics time them; storage
         reads no clock). May be called from a worker thread."""
 
@@ -907,6 +909,7 @@ class PartitionLog:
             RecoveryCheckpoint(state.map_end_offset, state.frozen_entries(), [], self._generation)
         )
         log.debug("%s: rolled new segment at offset %d", self.tp, self.log_end_offset)
+        self.roll_hook()
         return old
 
     def flush_rolled(self) -> None:
@@ -1344,6 +1347,10 @@ class PartitionLog:
 
 
 def _no_crash(step: str) -> None:
+    return None
+
+
+def _no_roll_hook() -> None:
     return None
 
 
