@@ -1,9 +1,9 @@
 """Latency diagnostics for benchmarks: event-loop lag, loop stalls with their stacks, GC pauses.
 
-Off unless the environment names a file: ``ONCELOG_LOOP_MONITOR=/path/stats-{pid}.json`` (read by
-`oncelog serve`, see `app.run`). Not a broker setting: it is for `bench/latency.py` and for
-looking at one broker's tail by hand; it costs a timer every ``ONCELOG_LOOP_MONITOR_MS``
-(default 2) on the loop and a thread that wakes as often.
+Off unless the environment names a file: ``ONCELOG_LOOP_MONITOR=/path/stats-{pid}.json``
+(read by `BrokerServer.serve_until_stopped`). Not a broker setting: it is for
+`bench/latency.py` and for looking at one broker's tail by hand; it costs a timer every
+``ONCELOG_LOOP_MONITOR_MS`` (default 4) on the loop and a thread that wakes as often.
 
 What it records, every figure with `time.monotonic()` stamps (one clock for every process of
 the machine, so a benchmark can pick the events of its own time window):
@@ -14,9 +14,10 @@ the machine, so a benchmark can pick the events of its own time window):
   the timer ran before: busy loop, blocked loop or a machine whose cores were busy
   elsewhere;
 * stalls: a watchdog thread notices when the loop has not run the timer for ``STALL_MS`` and
-  takes the loop thread's stack once per stall (`faulthandler.dump_traceback`): what held
-  the loop. A stall inside a system call (fsync) is seen at once; one in Python code after
-  the interpreter's switch interval (5 ms), when the watchdog gets the GIL;
+  takes the loop thread's stack once per stall, at most 10 a second
+  (`faulthandler.dump_traceback`): what held the loop. A stall inside a system call (fsync)
+  is seen at once; one in Python code after the interpreter's switch interval (5 ms), when
+  the watchdog gets the GIL;
 * GC: every collection's generation and pause (`gc.callbacks`), counts and a histogram per
   generation, each pause of at least ``SLOW_MS`` with its time.
 
@@ -42,6 +43,7 @@ ENV_PATH = "ONCELOG_LOOP_MONITOR"
 ENV_INTERVAL = "ONCELOG_LOOP_MONITOR_MS"
 SLOW_MS = 2.0
 STALL_MS = 4.0
+STACKS_PER_S = 10
 #: Histogram bucket upper bounds, ms (the last bucket is everything above).
 BUCKETS_MS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 100, 250, 500, 1000)
 MAX_EVENTS = 2000
@@ -82,7 +84,7 @@ def _thread_stack(dump: str, ident: int, limit: int = 14) -> list[str]:
 
 
 class LoopMonitor:
-    def __init__(self, path: Path, interval_ms: float = 2.0) -> None:
+    def __init__(self, path: Path, interval_ms: float = 4.0) -> None:
         self.path = path
         self.interval = interval_ms / 1000
         self.started = time.monotonic()
@@ -200,7 +202,7 @@ class LoopMonitor:
 
     def _watch(self) -> None:
         stalled_since = 0.0
-        last_dump = time.monotonic()
+        last_dump, last_stack = time.monotonic(), 0.0
         while not self._stop.wait(self.interval):
             now = time.monotonic()
             behind = now - max(self._beat, self._due)
@@ -208,7 +210,12 @@ class LoopMonitor:
                 beat = self._beat
                 if stalled_since != beat:  # once per stall
                     stalled_since = beat
-                    stack = self._loop_stack()
+                    # A dump holds the GIL for a while: at most STACKS_PER_S of them (on a
+                    # starved machine there are dozens of stalls a second, all alike).
+                    stack: list[str] = []
+                    if now - last_stack >= 1 / STACKS_PER_S:
+                        last_stack = now
+                        stack = self._loop_stack()
                     if len(self.stalls) < MAX_EVENTS:
                         self.stalls.append(
                             {
@@ -278,5 +285,5 @@ def from_environment() -> LoopMonitor | None:
     path = os.environ.get(ENV_PATH)
     if not path:
         return None
-    interval = float(os.environ.get(ENV_INTERVAL, "2") or 2)
+    interval = float(os.environ.get(ENV_INTERVAL, "4") or 4)
     return LoopMonitor(Path(path.replace("{pid}", str(os.getpid()))), interval)
