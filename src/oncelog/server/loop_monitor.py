@@ -36,6 +36,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import IO, Any
 
@@ -46,7 +47,7 @@ STALL_MS = 4.0
 STACKS_PER_S = 10
 #: Histogram bucket upper bounds, ms (the last bucket is everything above).
 BUCKETS_MS = (0.25, 0.5, 1, 2, 3, 5, 7.5, 10, 15, 20, 30, 50, 100, 250, 500, 1000)
-MAX_EVENTS = 2000
+MAX_EVENTS = 5000
 DUMP_EVERY_S = 1.0
 
 
@@ -91,14 +92,16 @@ class LoopMonitor:
         self.lag_hist = [0] * (len(BUCKETS_MS) + 1)
         self.lag_samples = 0
         self.lag_max_ms = 0.0
+        # The newest MAX_EVENTS of each kind (a benchmark picks its own time window).
         #: (time, lag ms, loop CPU ms, run-queue wait ms, ms since the previous tick)
-        self.slow: list[tuple[float, float, float, float, float]] = []
-        self.stalls: list[dict[str, Any]] = []
+        self.slow: deque[tuple[float, float, float, float, float]] = deque(maxlen=MAX_EVENTS)
+        self.stalls: deque[dict[str, Any]] = deque(maxlen=MAX_EVENTS)
         self.gc_hist = {g: [0] * (len(BUCKETS_MS) + 1) for g in range(3)}
         self.gc_count = {g: 0 for g in range(3)}
         self.gc_total_ms = {g: 0.0 for g in range(3)}
         self.gc_max_ms = {g: 0.0 for g in range(3)}
-        self.gc_slow: list[tuple[float, int, float, int]] = []  # (time, gen, ms, collected)
+        self.gc_slow: deque[tuple[float, int, float, int]] = deque(maxlen=MAX_EVENTS)
+        """(time, generation, ms, collected)"""
         self._gc_start = 0.0
         self._beat = time.monotonic()
         self._due = 0.0
@@ -138,7 +141,7 @@ class LoopMonitor:
         self.lag_samples += 1
         self.lag_hist[_bucket(lag_ms)] += 1
         self.lag_max_ms = max(self.lag_max_ms, lag_ms)
-        if lag_ms >= SLOW_MS and len(self.slow) < MAX_EVENTS:
+        if lag_ms >= SLOW_MS:
             # Since the previous tick: the loop thread's CPU time, and its time runnable but
             # waiting for a core (schedstat). Much lag with little of either: it was blocked
             # in a system call (or on the GIL); lag ~ run-queue wait: the machine's cores
@@ -193,7 +196,7 @@ class LoopMonitor:
         self.gc_total_ms[gen] += ms
         self.gc_max_ms[gen] = max(self.gc_max_ms[gen], ms)
         self.gc_hist[gen][_bucket(ms)] += 1
-        if ms >= SLOW_MS and len(self.gc_slow) < MAX_EVENTS:
+        if ms >= SLOW_MS:
             self.gc_slow.append(
                 (round(time.monotonic(), 6), gen, round(ms, 3), info.get("collected", 0))
             )
@@ -216,14 +219,13 @@ class LoopMonitor:
                     if now - last_stack >= 1 / STACKS_PER_S:
                         last_stack = now
                         stack = self._loop_stack()
-                    if len(self.stalls) < MAX_EVENTS:
-                        self.stalls.append(
-                            {
-                                "time": round(now, 6),
-                                "behind_ms": round(behind * 1000, 3),
-                                "stack": stack,
-                            }
-                        )
+                    self.stalls.append(
+                        {
+                            "time": round(now, 6),
+                            "behind_ms": round(behind * 1000, 3),
+                            "stack": stack,
+                        }
+                    )
             if now - last_dump >= DUMP_EVERY_S:
                 last_dump = now
                 with contextlib.suppress(OSError):
@@ -258,15 +260,15 @@ class LoopMonitor:
                 "samples": self.lag_samples,
                 "hist": list(self.lag_hist),
                 "max_ms": round(self.lag_max_ms, 3),
-                "slow": list(self.slow),
+                "slow": _copy(self.slow),
             },
-            "stalls": list(self.stalls),
+            "stalls": _copy(self.stalls),
             "gc": {
                 "count": dict(self.gc_count),
                 "total_ms": {g: round(v, 3) for g, v in self.gc_total_ms.items()},
                 "max_ms": {g: round(v, 3) for g, v in self.gc_max_ms.items()},
                 "hist": {g: list(h) for g, h in self.gc_hist.items()},
-                "slow": list(self.gc_slow),
+                "slow": _copy(self.gc_slow),
                 "thresholds": list(gc.get_threshold()),
                 "frozen": gc.get_freeze_count(),
             },
@@ -277,6 +279,16 @@ class LoopMonitor:
         tmp = self.path.with_name(self.path.name + ".tmp")
         tmp.write_text(data)
         os.replace(tmp, self.path)
+
+
+def _copy(events: deque[Any]) -> list[Any]:
+    """A list of `events`, which another thread may append to meanwhile."""
+    for _ in range(10):
+        try:
+            return list(events)
+        except RuntimeError:  # deque mutated during iteration
+            continue
+    return []
 
 
 def from_environment() -> LoopMonitor | None:
