@@ -364,7 +364,7 @@ def stall_summary(stalls: list[dict[str, Any]], top: int = 6) -> list[tuple[int,
     for s in stalls:
         frames = s["stack"]
         ours = [f for f in frames if "oncelog/" in f and "loop_monitor" not in f]
-        inner = frames[0] if frames else "?"
+        inner = frames[0] if frames else "(no stack taken: at most 10 a second)"
         key = inner if not ours else f"{inner} <- {ours[0]}" if ours[0] != inner else inner
         if len(ours) > 1:
             key += f" <- {ours[1]}"
