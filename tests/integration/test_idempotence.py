@@ -361,6 +361,15 @@ def flip_bytes(path: Path) -> None:
 VARIANTS = ["fresh-snapshot", "stale-snapshot", "snapshots-deleted", "snapshot-corrupted"]
 
 
+def wait_for_roll_snapshots(dirs: list[Path], timeout: float = 15.0) -> None:
+    """The snapshot noted at a segment roll is written by the broker's flush of rolled
+    segments, once a second in a worker thread: wait until every partition has one."""
+    deadline = time.monotonic() + timeout
+    while not all(snapshots(d) for d in dirs):
+        assert time.monotonic() < deadline, "no producer snapshot after segment rolls"
+        time.sleep(0.05)
+
+
 def tamper_while_down(variant: str, dirs: list[Path]) -> None:
     """Check or change the snapshots of a killed broker before it restarts."""
     if variant == "stale-snapshot":
@@ -460,6 +469,7 @@ def test_sigkill_while_sending_keeps_exactly_once(
             sender.wait_acked(sender.acked + 2000)
         else:
             sender.wait_acked(4000)
+            wait_for_roll_snapshots(partition_dirs(broker, topic))
 
         hold_produce_responses(proxy)
         acked_before_kill = sender.acked

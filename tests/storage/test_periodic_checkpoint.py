@@ -284,12 +284,14 @@ def test_log_manager_round_and_unclean_restart(tmp_path: Path, recovery: Recover
     assert [p.tp for p, _ in pending] == [busy]
     manager.write_checkpoints(pending)
     assert manager.finish_checkpoints(pending) == 1
+    manager.write_changed_files(manager.checkpoint_contents())  # the broker: in a worker
     end = plog.log_end_offset
     assert read_offset_checkpoint(tmp_path / RECOVERY_POINT_FILE)[busy] == end
 
     # an idle round writes nothing at all
     before = {p: p.stat().st_mtime_ns for p in tmp_path.iterdir() if p.is_file()}
     assert manager.finish_checkpoints(manager.begin_checkpoints()) == 0
+    manager.write_changed_files(manager.checkpoint_contents())
     assert {p: p.stat().st_mtime_ns for p in tmp_path.iterdir() if p.is_file()} == before
 
     Producer(plog, 9).send([(b"k", b"after-the-checkpoint")])
@@ -351,6 +353,7 @@ def test_deletion_between_the_steps(tmp_path: Path) -> None:
     again = manager.create(TP, BIG)  # a new topic of the same name
     manager.write_checkpoints(pending)  # must not raise
     assert manager.finish_checkpoints(pending) == 0
+    manager.write_changed_files(manager.checkpoint_contents())
     assert snapshots(again) == []
     assert not list(again.directory.glob("*.tmp"))
     assert read_offset_checkpoint(tmp_path / RECOVERY_POINT_FILE) == {TP: 0}
@@ -422,3 +425,24 @@ def test_failed_snapshot_write_keeps_the_recovery_point(
     assert "writing producer snapshot 1" in caplog.text
     assert plog.recovery_point == 0 and snapshots(plog) == []
     assert not list(plog.directory.glob("*.tmp"))
+
+
+def test_checkpoint_files_never_go_back_to_older_contents(tmp_path: Path) -> None:
+    """The broker writes the periodic checkpoint files in a worker thread from contents noted
+    on the loop; a synchronous write (a topic deletion) may come between. The older contents
+    must not overwrite the newer: here the deleted partition's recovery point would come back
+    for the new partition of the same name."""
+    manager = LogManager([tmp_path], ManualClock(T0))
+    manager.startup(lambda topic: BIG)
+    plog = manager.create(TP, BIG)
+    Producer(plog, 1).send([(b"k", b"v")] * 3)
+    plog.flush()
+    noted = manager.checkpoint_contents()  # the periodic round, its write still to come
+    manager.delete(TP)
+    manager.create(TP, BIG)
+    manager.checkpoint()  # the deletion's own write, on the loop
+    manager.write_changed_files(noted)  # the worker, late: dropped
+    assert read_offset_checkpoint(tmp_path / RECOVERY_POINT_FILE) == {TP: 0}
+    later = manager.checkpoint_contents()
+    manager.write_changed_files(later)
+    assert read_offset_checkpoint(tmp_path / RECOVERY_POINT_FILE) == {TP: 0}

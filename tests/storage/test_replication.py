@@ -475,6 +475,7 @@ def test_restart_keeps_the_high_watermark_and_the_epochs(
     assert read_offsets(tmp_path / REPLICATION_CHECKPOINT_FILE) == {TP: 6}
     plog.update_high_watermark(8)
     assert manager.finish_checkpoints([]) == 0
+    manager.write_changed_files(manager.checkpoint_contents())  # the broker: in a worker
     assert read_offsets(tmp_path / REPLICATION_CHECKPOINT_FILE) == {TP: 8}
     manager.shutdown()
     again = LogManager([tmp_path], clock)  # not clustered: the checkpoint says it is replicated

@@ -22,7 +22,9 @@ import logging
 import os
 import re
 import shutil
+import threading
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from oncelog.clock import Clock
@@ -44,6 +46,14 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 LOCK_FILE = ".lock"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointFiles:
+    """The content of every checkpoint file, noted on the loop, numbered in noting order."""
+
+    seq: int
+    contents: dict[Path, dict[tuple[str, int], int]]
 
 
 class LogDirError(Exception):
@@ -136,12 +146,23 @@ class LogManager:
         self._dir_of: dict[TopicPartition, Path] = {}
         self._written: dict[Path, dict[tuple[str, int], int]] = {}
         """What each checkpoint file holds, as last written by this broker."""
+        self._files_lock = threading.Lock()
+        """Writers of the checkpoint files (the loop, a worker) take turns."""
+        self._files_noted = 0
+        self._files_written = 0
+        """Numbers of the newest contents noted and written (`CheckpointFiles.seq`)."""
         self.clean_start = True
         #: Runs every segment fsync of every partition (the broker times them for metrics).
         self.flush_hook: Callable[[Callable[[], None]], None] = _run
+        #: Called when a partition rolled a segment (on whatever thread appended): the
+        #: broker then runs `flush_rolled` in a worker soon, not only on its 1 s timer.
+        self.roll_hook: Callable[[], None] = _nothing
 
     def _flush(self, flush: Callable[[], None]) -> None:
         self.flush_hook(flush)
+
+    def _rolled(self) -> None:
+        self.roll_hook()
 
     def startup(self, config_for: Callable[[str], LogConfig | None]) -> None:
         """Load every partition directory whose topic is known; recover after a crash."""
@@ -178,6 +199,7 @@ class LogManager:
                 )
                 self.logs[tp].cleaner_checkpoint = cleaned.get(tp, 0)
                 self.logs[tp].flush_hook = self._flush
+                self.logs[tp].roll_hook = self._rolled
                 self._dir_of[tp] = log_dir
             if clean:
                 marker.unlink(missing_ok=True)
@@ -214,6 +236,7 @@ class LogManager:
             replicated=self.replication if replicated is None else replicated,
         )
         plog.flush_hook = self._flush
+        plog.roll_hook = self._rolled
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir
         return plog
@@ -238,6 +261,7 @@ class LogManager:
         )
         fresh.cleaner_checkpoint = plog.cleaner_checkpoint
         fresh.flush_hook = self._flush
+        fresh.roll_hook = self._rolled
         self.logs[tp] = fresh
         return fresh
 
@@ -272,23 +296,41 @@ class LogManager:
 
     def checkpoint(self, *, if_changed: bool = False) -> None:
         """Write the checkpoint files; `if_changed`: only those whose content changed."""
+        self.write_checkpoint_files(self.checkpoint_contents(), if_changed=if_changed)
+
+    def checkpoint_contents(self) -> CheckpointFiles:
+        """What the checkpoint files would hold now (on the event loop, where the offsets
+        change), numbered: `write_checkpoint_files` never writes it over a newer one."""
+        contents: dict[Path, dict[tuple[str, int], int]] = {}
         for log_dir in self.log_dirs:
             mine = {tp: plog for tp, plog in self.partitions() if self._dir_of.get(tp) == log_dir}
-            files: dict[str, dict[tuple[str, int], int]] = {
-                RECOVERY_POINT_FILE: {tp: p.recovery_point for tp, p in mine.items()},
-                LOG_START_FILE: {tp: p.log_start_offset for tp, p in mine.items()},
-                CLEANER_CHECKPOINT_FILE: {
-                    tp: p.cleaner_checkpoint for tp, p in mine.items() if p.cleaner_checkpoint > 0
-                },
-                REPLICATION_CHECKPOINT_FILE: {
-                    tp: p.high_watermark for tp, p in mine.items() if p.replicated
-                },
+            contents[log_dir / RECOVERY_POINT_FILE] = {
+                tp: p.recovery_point for tp, p in mine.items()
             }
-            for name, offsets in files.items():
-                path = log_dir / name
+            contents[log_dir / LOG_START_FILE] = {tp: p.log_start_offset for tp, p in mine.items()}
+            contents[log_dir / CLEANER_CHECKPOINT_FILE] = {
+                tp: p.cleaner_checkpoint for tp, p in mine.items() if p.cleaner_checkpoint > 0
+            }
+            contents[log_dir / REPLICATION_CHECKPOINT_FILE] = {
+                tp: p.high_watermark for tp, p in mine.items() if p.replicated
+            }
+        with self._files_lock:
+            self._files_noted += 1
+            return CheckpointFiles(self._files_noted, contents)
+
+    def write_checkpoint_files(self, files: CheckpointFiles, *, if_changed: bool = False) -> None:
+        """Write what `checkpoint_contents` noted (any thread: the broker's periodic one runs
+        in a worker, since each file costs two fsyncs). Writers take turns, and contents
+        older than what was already written are dropped: a file never goes back to offsets
+        noted before a change another writer already recorded (a deleted partition's
+        recovery point, say, which a new partition of that name must not inherit)."""
+        with self._files_lock:
+            if files.seq < self._files_written:
+                return
+            for path, offsets in files.contents.items():
                 if if_changed and self._written.get(path) == offsets:
                     continue
-                if name == REPLICATION_CHECKPOINT_FILE:
+                if path.name == REPLICATION_CHECKPOINT_FILE:
                     if not offsets and path not in self._written and not path.exists():
                         continue  # a single broker: no high watermarks to keep
                     self._written.pop(path, None)
@@ -298,6 +340,7 @@ class LogManager:
                 self._written.pop(path, None)  # unknown if the write fails half-way
                 write_offset_checkpoint(path, offsets)
                 self._written[path] = offsets
+            self._files_written = files.seq
 
     # -- periodic checkpoint (log.flush.offset.checkpoint.interval.ms): the server calls the
     # first and last on its event loop and `write_checkpoints` in a worker thread -------------
@@ -317,18 +360,22 @@ class LogManager:
             plog.write_checkpoint(cp)
 
     def finish_checkpoints(self, pending: list[tuple[PartitionLog, RecoveryCheckpoint]]) -> int:
-        """Move the recovery points of the partitions written (and still ours), then write
-        the checkpoint files that changed; return how many partitions moved."""
-        moved = sum(
+        """Move the recovery points of the partitions written (and still ours); return how
+        many moved. The checkpoint files follow with `checkpoint_contents` (here, on the
+        loop) and `write_changed_files` (a worker thread)."""
+        return sum(
             1
             for plog, cp in pending
             if self.logs.get(plog.tp) is plog and plog.finish_checkpoint(cp)
         )
+
+    def write_changed_files(self, files: CheckpointFiles) -> None:
+        """The checkpoint files whose content changed (slow: meant for a worker thread); a
+        failure is a warning, the next round writes them again."""
         try:
-            self.checkpoint(if_changed=True)
+            self.write_checkpoint_files(files, if_changed=True)
         except OSError as exc:
             log.warning("writing the offset checkpoint files failed: %s", exc)
-        return moved
 
     def shutdown(self) -> None:
         """Flush everything, write checkpoints and the clean-shutdown marker."""
@@ -341,3 +388,7 @@ class LogManager:
 
 def _run(flush: Callable[[], None]) -> None:
     flush()
+
+
+def _nothing() -> None:
+    return None

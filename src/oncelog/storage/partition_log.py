@@ -167,6 +167,8 @@ class PartitionLog:
         self._unflushed_messages = 0
         self._last_flush_ms = clock.monotonic_ms()
         self._rolled_unflushed: list[LogSegment] = []
+        self._roll_snapshots: list[RecoveryCheckpoint] = []
+        """Producer state noted at each roll, for `flush_rolled` to write as a snapshot."""
         self._snapshot_offset = 0
         """Offset of the newest producer snapshot written or loaded (the log start when
         none was): a restart replays producer state from there."""
@@ -192,6 +194,8 @@ class PartitionLog:
         self._high_watermark = 0
         """The stored high watermark; used only when `_replicated`."""
         self.flush_hook: Callable[[Callable[[], None]], None] = _run
+        self.roll_hook: Callable[[], None] = _no_roll_hook
+        """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""
         """Runs each segment fsync given to it (the broker's metrics time them; storage
         reads no clock). May be called from a worker thread."""
 
@@ -826,6 +830,7 @@ class PartitionLog:
             self.segments = []
             self._bases = []
             self._rolled_unflushed = []
+            self._roll_snapshots = []
             snapshot.delete_after(self.directory, -1)
             self.producer_state.clear()
             self.producer_state.map_end_offset = offset
@@ -896,18 +901,37 @@ class PartitionLog:
         old = self.active
         self._rolled_unflushed.append(old)
         self._add_segment(self._new_segment(max(self.log_end_offset, at or 0)))
-        self.producer_state.take_snapshot(self.directory)
-        self._snapshot_offset = self.producer_state.map_end_offset
+        # The producer snapshot at the roll is noted here and written by `flush_rolled` (a
+        # worker thread, after the rolled segment's fsync): written here it cost the event
+        # loop two fsyncs per roll.
+        state = self.producer_state
+        self._roll_snapshots.append(
+            RecoveryCheckpoint(state.map_end_offset, state.frozen_entries(), [], self._generation)
+        )
         log.debug("%s: rolled new segment at offset %d", self.tp, self.log_end_offset)
+        self.roll_hook()
         return old
 
     def flush_rolled(self) -> None:
-        """fsync segments rolled since the last call and move the recovery point past them."""
+        """fsync segments rolled since the last call and move the recovery point past them,
+        then write the producer snapshots noted at those rolls (a worker thread, or the loop
+        when a flush or close asks for it)."""
         pending, self._rolled_unflushed = self._rolled_unflushed, []
         for segment in pending:
             with contextlib.suppress(OSError, ValueError):
                 self.flush_hook(segment.flush)
                 self.recovery_point = max(self.recovery_point, segment.next_offset)
+        noted, self._roll_snapshots = self._roll_snapshots, []
+        for cp in noted:
+            if cp.generation != self._generation:
+                continue  # truncated, closed or deleted since the roll
+            self.write_checkpoint(cp)
+            if cp.error:
+                log.warning("%s: producer snapshot at roll failed: %s", self.tp, cp.error)
+                continue
+            with self._snapshot_lock:
+                if cp.snapshot_written and cp.generation == self._generation:
+                    self._snapshot_offset = max(self._snapshot_offset, cp.offset)
 
     def flush(self) -> None:
         self.flush_rolled()
@@ -1255,6 +1279,12 @@ class PartitionLog:
         miss batches the cleaner removed (a transaction's data and marker)."""
         with self._snapshot_lock:
             self._snapshot_floor = max(self._snapshot_floor, end)
+            if not any(offset >= end for offset in snapshot.list_snapshots(self.directory)):
+                # The roll's snapshot at or above `end` may not be written yet (flush_rolled
+                # writes it in a worker): a restart after this swap must find one.
+                state = self.producer_state
+                state.take_snapshot(self.directory)
+                self._snapshot_offset = max(self._snapshot_offset, state.map_end_offset)
             snapshot.delete_before(self.directory, end)
         for base, old_bases in groups:
             old = [s for s in self.segments if s.base_offset in old_bases]
@@ -1320,6 +1350,10 @@ class PartitionLog:
 
 
 def _no_crash(step: str) -> None:
+    return None
+
+
+def _no_roll_hook() -> None:
     return None
 
 
