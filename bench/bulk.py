@@ -190,74 +190,18 @@ def worker_sendfile(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_rk_produce(spec: dict[str, Any]) -> dict[str, Any]:
-    """confluent-kafka producer whose batches fill up to batch.size (1 MiB) before they go."""
-    from confluent_kafka import KafkaException, Producer
-
-    n, size, parts, topic = spec["n"], spec["size"], spec["partitions"], spec["topic"]
-    deadline = time.monotonic() + spec["timeout"]
-    state: dict[str, Any] = {"delivered": 0, "errors": 0, "first_error": None, "last": 0.0}
-
-    def on_delivery(err: Any, _msg: Any) -> None:
-        if err is not None:
-            state["errors"] += 1
-            state["first_error"] = state["first_error"] or str(err)
-        else:
-            state["delivered"] += 1
-        state["last"] = time.perf_counter()
-
-    producer = Producer(
-        {
-            **pc._common_conf(spec),
-            "acks": "all",
-            "enable.idempotence": True,
-            "compression.type": "none",
-            "batch.size": spec["batch_bytes"],
-            "batch.num.messages": 1_000_000,
-            "linger.ms": 100,
-            "message.max.bytes": 2 * spec["batch_bytes"],
-            "queue.buffering.max.kbytes": 1024 * 1024,
-            "on_delivery": on_delivery,
-            **spec["rk_conf"],
-        }
-    )
-    try:  # outside the timed window: connection, metadata, producer id
-        meta = producer.list_topics(topic, timeout=15)
-        got = len(meta.topics[topic].partitions) if topic in meta.topics else 0
-        if got != parts:
-            return {"ok": False, "error": f"topic {topic} has {got} partitions, want {parts}"}
-        producer.produce(spec["warmup_topic"], b"warm-up", partition=0)
-        if producer.flush(15) != 0 or state["delivered"] != 1:
-            return {"ok": False, "error": f"warm-up failed: {state['first_error']}"}
-        state["delivered"] = 0
-    except KafkaException as exc:
-        return {"ok": False, "error": f"metadata: {exc}"}
-    value = os.urandom(size)
-    produce, poll = producer.produce, producer.poll
-    t0 = time.perf_counter()
-    i = 0
-    while i < n:
-        try:
-            produce(topic, value, partition=i % parts)
-        except BufferError:
-            poll(0.001)
-            if time.monotonic() > deadline:
-                break
-            continue
-        i += 1
-        if i & 255 == 0:
-            poll(0)
-    remaining = producer.flush(max(0.0, deadline - time.monotonic()))
-    seconds = state["last"] - t0
-    ok = state["delivered"] == n and remaining == 0
-    return {
-        "ok": ok,
-        "error": None
-        if ok
-        else f"delivered {state['delivered']}/{n}, {state['errors']} errors "
-        f"(first: {state['first_error']}), {remaining} in queue",
-        "n": state["delivered"],
-        "seconds": seconds,
+    """confluent-kafka producer whose batches fill up to batch.size (1 MiB) before they go:
+    produce_consume.py's worker with these settings."""
+    conf = {
+        "batch.size": spec["batch_bytes"],
+        "batch.num.messages": 1_000_000,
+        "message.max.bytes": 2 * spec["batch_bytes"],
+        "queue.buffering.max.kbytes": 1024 * 1024,
+        **spec["rk_conf"],
     }
+    return pc.worker_produce(
+        {**spec, "linger_ms": 100, "idempotence": True, "conf": conf, "poll_every": 256}
+    )
 
 
 def worker_rk_consume(spec: dict[str, Any]) -> dict[str, Any]:

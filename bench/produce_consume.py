@@ -118,6 +118,9 @@ def _common_conf(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_produce(spec: dict[str, Any]) -> dict[str, Any]:
+    """Produce N messages round-robin, timed from the first produce() to the last delivery
+    report. `spec["conf"]` adds librdkafka settings (bench/bulk.py's 1 MiB batches) and
+    `spec["poll_every"]` (a power of two) how often the loop serves delivery reports."""
     from confluent_kafka import KafkaException, Producer
 
     n, size, parts, topic = spec["n"], spec["size"], spec["partitions"], spec["topic"]
@@ -140,6 +143,7 @@ def worker_produce(spec: dict[str, Any]) -> dict[str, Any]:
         "compression.type": "none",
         "on_delivery": on_delivery,
     }
+    conf.update(spec.get("conf", {}))
     producer = Producer(conf)
     try:
         # Warm-up outside the timed window: connection, ApiVersions, metadata and (with
@@ -156,6 +160,7 @@ def worker_produce(spec: dict[str, Any]) -> dict[str, Any]:
         return {"ok": False, "error": f"metadata: {exc}"}
     value = os.urandom(size)
     produce, poll = producer.produce, producer.poll
+    poll_mask = spec.get("poll_every", 1024) - 1
     t0 = time.perf_counter()
     i = 0
     while i < n:
@@ -167,7 +172,7 @@ def worker_produce(spec: dict[str, Any]) -> dict[str, Any]:
                 break
             continue
         i += 1
-        if i & 1023 == 0:
+        if i & poll_mask == 0:
             poll(0)
     remaining = producer.flush(max(0.0, deadline - time.monotonic()))
     elapsed = state["last"] - t0
