@@ -242,6 +242,11 @@ class ProducerStateManager:
 
     def _slot(self, producer_id: int) -> int:
         """Slot of the producer's record, 0 if it has none."""
+        cell = self._cell(producer_id)
+        return self._table[cell] if cell >= 0 else 0
+
+    def _cell(self, producer_id: int) -> int:
+        """Index of the producer's cell in the table, -1 if it has none."""
         table = self._table
         mask = len(table) - 1
         perturb = producer_id & _U64
@@ -251,9 +256,9 @@ class ProducerStateManager:
             slot = table[i]
             if slot > 0:
                 if _pid_at(records, slot * RECORD_SIZE)[0] == producer_id:
-                    return slot
+                    return i
             elif not slot:
-                return 0
+                return -1
             perturb >>= 5
             i = (i * 5 + perturb + 1) & mask
 
@@ -275,22 +280,13 @@ class ProducerStateManager:
 
     def _remove(self, producer_id: int) -> int:
         """Unmap a producer; its slot (0 if it had none), for the tracker to release."""
-        table = self._table
-        mask = len(table) - 1
-        perturb = producer_id & _U64
-        i = perturb & mask
-        records = self._records
-        while True:
-            slot = table[i]
-            if slot > 0:
-                if _pid_at(records, slot * RECORD_SIZE)[0] == producer_id:
-                    table[i] = _DELETED
-                    self._len -= 1
-                    return slot
-            elif not slot:
-                return 0
-            perturb >>= 5
-            i = (i * 5 + perturb + 1) & mask
+        cell = self._cell(producer_id)
+        if cell < 0:
+            return 0
+        slot = self._table[cell]
+        self._table[cell] = _DELETED
+        self._len -= 1
+        return slot
 
     def _rebuild(self) -> None:
         """A table at most half full of live cells, without deleted ones."""
