@@ -110,7 +110,11 @@ def worker_sink(spec: dict[str, Any]) -> dict[str, Any]:
     finally:
         os.close(fd)
         conn.close()
-    seconds = t_end - (t0 or t_end)
+    return _received(spec, total, t_end - (t0 or t_end))
+
+
+def _received(spec: dict[str, Any], total: int, seconds: float) -> dict[str, Any]:
+    """A limit receiver's result: all of `spec["bytes"]` must have arrived."""
     ok = total == spec["bytes"]
     return {
         "ok": ok,
@@ -149,15 +153,7 @@ def worker_discard(spec: dict[str, Any]) -> dict[str, Any]:
                 t0 = time.perf_counter()
             total += n
         t_end = time.perf_counter()
-    seconds = t_end - (t0 or t_end)
-    ok = total == spec["bytes"]
-    return {
-        "ok": ok,
-        "error": None if ok else f"received {total} of {spec['bytes']} bytes",
-        "bytes": total,
-        "seconds": seconds,
-        "mb_per_s": total / 1e6 / seconds if seconds > 0 else 0.0,
-    }
+    return _received(spec, total, t_end - (t0 or t_end))
 
 
 def worker_sendfile(spec: dict[str, Any]) -> dict[str, Any]:
