@@ -242,7 +242,10 @@ class Connection(asyncio.BufferedProtocol):
         if not parts or transport is None or self.closed:
             return
         if self._unsent:
-            self._unsent.extend(self._detached(parts))  # behind what still waits
+            try:
+                self._unsent.extend(self._detached(parts))  # behind what still waits
+            except OSError as exc:
+                self.close(f"send failed: {exc}")
             return
         if not any(isinstance(part, FileRegion) for part in parts):
             transport.writelines(parts)  # type: ignore[arg-type]  # no FileRegion here
@@ -276,11 +279,16 @@ class Connection(asyncio.BufferedProtocol):
             self._release_regions()
 
     def _detached(self, parts: list[Buffer]) -> list[Buffer]:
-        """`parts` with each FileRegion on a descriptor of its own (kept until sent)."""
+        """`parts` with each FileRegion on a descriptor of its own (kept until sent), or read
+        into memory when no descriptor is left (EMFILE: many slow readers)."""
         out: list[Buffer] = []
         for part in parts:
             if isinstance(part, FileRegion) and part.fd not in self._owned_fds:
-                fd = os.dup(part.fd)
+                try:
+                    fd = os.dup(part.fd)
+                except OSError:
+                    out.append(part.read())
+                    continue
                 self._owned_fds.add(fd)
                 out.append(FileRegion(fd, part.offset, part.length))
             else:
