@@ -42,3 +42,12 @@ def test_a_registered_broker_is_listed_once() -> None:
         },
     )
     assert [b["node_id"] for b in answer(view)["brokers"]] == [1, 2]
+
+
+def test_without_a_known_controller_the_answering_broker_is_named() -> None:
+    """librdkafka's admin client that reads controller -1 waits on that cached answer and a
+    new cluster's first CreateTopics times out; any broker takes admin requests (as Kafka's
+    KRaft brokers, which name a live broker)."""
+    brokers = {2: BrokerRegistration(2, "127.0.0.1", 9093)}
+    assert answer(ClusterView("c", brokers=brokers))["controller_id"] == 1
+    assert answer(ClusterView("c", brokers=brokers, controller_id=2))["controller_id"] == 2

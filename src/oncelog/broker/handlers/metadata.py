@@ -1,8 +1,9 @@
 """Metadata (3): brokers, topics and partition leadership; auto-creates topics per config.
 
 In a cluster the answer is etcd's view as this broker last saw it: every live broker, the
-controller, and per partition its leader (-1 and LEADER_NOT_AVAILABLE when offline), leader
-epoch, replicas, ISR and the replicas whose brokers are down.
+controller (this broker while none is known), and per partition its leader (-1 and
+LEADER_NOT_AVAILABLE when offline), leader epoch, replicas, ISR and the replicas whose
+brokers are down.
 """
 
 from __future__ import annotations
@@ -68,6 +69,12 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 {"node_id": node.node_id, "host": own_host, "port": own_port, "rack": None}
             )
         cluster_id, controller_id = cluster.cluster_id, cluster.controller_id
+        if controller_id < 0:
+            # No controller elected or seen yet (a starting cluster, a failover): name this
+            # broker, which takes admin requests as any broker does, as Kafka's KRaft brokers
+            # name a live broker. librdkafka's admin client that reads -1 waits for the
+            # controller on its cached answer and times out (a new cluster's CreateTopics).
+            controller_id = node.node_id
     else:
         brokers = [{"node_id": node.node_id, "host": own_host, "port": own_port, "rack": None}]
         cluster_id, controller_id = replicas.metadata.cluster_id, node.node_id
