@@ -699,19 +699,47 @@ def report(
     for line in ratios(results):
         print(line)
     info["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": info,
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "broker_settings": overrides,
-                    "runs": results,
-                    "failed": failed,
-                },
-                indent=1,
-            )
-        )
+    write_json(args, info, overrides, results, failed)
+
+
+def bench_start(
+    args: argparse.Namespace, prefix: str
+) -> tuple[dict[str, str], Path, dict[str, str]]:
+    """Broker settings (Kafka's replica defaults, then `--override`), a temporary dir (the
+    broker source of `--oncelog-rev` unpacked under it) and the machine info, printed: the
+    start every cluster benchmark shares (this one, latency.py, cores.py)."""
+    overrides = dict(BROKER_DEFAULTS)
+    for kv in args.override:
+        key, _, value = kv.partition("=")
+        overrides[key] = value
+    base = Path(tempfile.mkdtemp(prefix=prefix))
+    info = machine_info()
+    if args.oncelog_rev:
+        info["oncelog"] = f"commit {use_snapshot(args.oncelog_rev, base / 'src')}"
+    info["c_record_walk"] = speedups_loaded()
+    print("machine:", json.dumps(info))
+    print("broker settings:", json.dumps(overrides), flush=True)
+    return overrides, base, info
+
+
+def write_json(
+    args: argparse.Namespace,
+    info: dict[str, str],
+    overrides: dict[str, str],
+    results: list[dict[str, Any]],
+    failed: str | None,
+) -> None:
+    """Every run with the machine, the arguments and the broker settings, to `--json`."""
+    if not args.json:
+        return
+    everything = {
+        "machine": info,
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "broker_settings": overrides,
+        "runs": results,
+        "failed": failed,
+    }
+    args.json.write_text(json.dumps(everything, indent=1))
 
 
 def main(argv: list[str]) -> int:
@@ -733,17 +761,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(int(args.timeout))
 
-    overrides = dict(BROKER_DEFAULTS)
-    for kv in args.override:
-        key, _, value = kv.partition("=")
-        overrides[key] = value
-    base = Path(tempfile.mkdtemp(prefix="oncelog-bench-cluster-"))
-    info = machine_info()
-    if args.oncelog_rev:
-        info["oncelog"] = f"commit {use_snapshot(args.oncelog_rev, base / 'src')}"
-    info["c_record_walk"] = speedups_loaded()
-    print("machine:", json.dumps(info))
-    print("broker settings:", json.dumps(overrides))
+    overrides, base, info = bench_start(args, "oncelog-bench-cluster-")
     results: list[dict[str, Any]] = []
     failed: str | None = None
     try:

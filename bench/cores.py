@@ -52,7 +52,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from pathlib import Path
@@ -608,17 +607,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, pc._on_signal)
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(int(args.timeout))
-    overrides = dict(cr.BROKER_DEFAULTS)
-    for kv in args.override:
-        key, _, value = kv.partition("=")
-        overrides[key] = value
-    base = Path(tempfile.mkdtemp(prefix="oncelog-bench-cores-"))
-    info = cr.machine_info()
-    if args.oncelog_rev:
-        info["oncelog"] = f"commit {cr.use_snapshot(args.oncelog_rev, base / 'src')}"
-    info["c_record_walk"] = cr.speedups_loaded()
-    print("machine:", json.dumps(info))
-    print("broker settings:", json.dumps(overrides), flush=True)
+    overrides, base, info = cr.bench_start(args, "oncelog-bench-cores-")
     results: list[dict[str, Any]] = []
     failed = None
     try:
@@ -647,19 +636,7 @@ def main(argv: list[str]) -> int:
     print()
     for line in paired(results, cases):
         print(line)
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "machine": info,
-                    "args": {k: str(v) for k, v in vars(args).items()},
-                    "broker_settings": overrides,
-                    "runs": results,
-                    "failed": failed,
-                },
-                indent=1,
-            )
-        )
+    cr.write_json(args, info, overrides, results, failed)
     return 1 if failed or not all(r["check_ok"] for r in results) else 0
 
 

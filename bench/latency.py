@@ -43,7 +43,6 @@ import statistics
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -588,7 +587,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def main(argv: list[str]) -> int:  # noqa: PLR0915
+def main(argv: list[str]) -> int:
     args = parse_args(argv)
     if args._producer:
         producer_main(json.loads(args._producer))
@@ -609,21 +608,11 @@ def main(argv: list[str]) -> int:  # noqa: PLR0915
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     signal.signal(signal.SIGALRM, on_alarm)
     signal.alarm(int(args.timeout))
-    overrides = dict(cr.BROKER_DEFAULTS)
-    for kv in args.override:
-        key, _, value = kv.partition("=")
-        overrides[key] = value
-    base = Path(tempfile.mkdtemp(prefix="oncelog-bench-latency-"))
-    info = cr.machine_info()
-    if args.oncelog_rev:
-        info["oncelog"] = f"commit {cr.use_snapshot(args.oncelog_rev, base / 'src')}"
-    info["c_record_walk"] = cr.speedups_loaded()
+    overrides, base, info = cr.bench_start(args, "oncelog-bench-latency-")
     monitor_dir = None if args.no_monitor else base / "monitor"
     if monitor_dir is not None:
         monitor_dir.mkdir()
         os.environ["ONCELOG_LOOP_MONITOR"] = str(monitor_dir / MONITOR_FILE)
-    print("machine:", json.dumps(info))
-    print("broker settings:", json.dumps(overrides))
     print(
         f"{args.size} B, {args.partitions} partitions, acks=all, idempotent, "
         f"linger.ms={args.linger_ms:g}; consumer poll(), fetch.min.bytes=1, "
@@ -658,14 +647,7 @@ def main(argv: list[str]) -> int:  # noqa: PLR0915
     info["load_after"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print()
     print(summary(results))
-    if args.json:
-        args.json.write_text(
-            json.dumps(
-                {"machine": info, "args": {k: str(v) for k, v in vars(args).items()},
-                 "broker_settings": overrides, "runs": results, "failed": failed},
-                indent=1,
-            )
-        )  # fmt: skip
+    cr.write_json(args, info, overrides, results, failed)
     return 1 if failed else 0
 
 
