@@ -88,6 +88,24 @@ def test_frame_decoder_costs_what_a_peer_sent_beyond_the_in_place_limit() -> Non
     assert peak < SCRATCH_BYTES + 64 * 1024
 
 
+def test_frame_decoder_trickled_into_fills_one_chunk_at_a_time() -> None:
+    """Beyond the in-place limit a chunk is filled before the next is made, so a peer
+    sending a huge frame a byte at a time costs what it sent, not a chunk per byte."""
+    decoder = FrameDecoder(100 << 20)
+    decoder.feed((50 << 20).to_bytes(4, "big") + b"x" * 10)
+    tracemalloc.start()
+    try:
+        for _ in range(200):
+            buf = decoder.get_buffer()
+            buf[:1] = b"y"
+            assert decoder.received(1) == []
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert decoder.buffered == 210
+    assert peak < SCRATCH_BYTES + 64 * 1024
+
+
 @FAST
 @given(st.binary(max_size=10), st.integers(-(2**31), 2**31 - 1), st.integers(0, 1000))
 def test_frame_decoder_rejects_bad_lengths(before: bytes, size: int, limit: int) -> None:

@@ -42,7 +42,8 @@ class FrameDecoder:
         self._end = 0
         self._frame: bytearray | None = None  # a large frame received in place
         self._chunks: list[memoryview] = []  # a frame above DIRECT_MAX_BYTES, gathered
-        self._chunk = bytearray()
+        self._chunk = bytearray()  # the chunk being filled, and how far
+        self._chunk_fill = 0
         self._need = 0  # size of the large frame being received
         self._have = 0  # its bytes received so far
 
@@ -70,8 +71,10 @@ class FrameDecoder:
         if self._frame is not None:
             return memoryview(self._frame)[self._have :]
         if self._need:
-            self._chunk = bytearray(min(SCRATCH_BYTES, self._need - self._have))
-            return memoryview(self._chunk)
+            if self._chunk_fill == len(self._chunk):  # full: the next one, as data arrives
+                self._chunk = bytearray(min(SCRATCH_BYTES, self._need - self._have))
+                self._chunk_fill = 0
+            return memoryview(self._chunk)[self._chunk_fill :]
         if self._end == SCRATCH_BYTES:
             self._compact()
         return self._view[self._end :]
@@ -86,12 +89,15 @@ class FrameDecoder:
             self._frame, self._need, self._have = None, 0, 0
             return [done]
         if self._need:
-            self._chunks.append(memoryview(self._chunk)[:n])
+            self._chunk_fill += n
             self._have += n
+            if self._chunk_fill == len(self._chunk):
+                self._chunks.append(memoryview(self._chunk))
             if self._have < self._need:
                 return []
             joined = b"".join(self._chunks)
             self._chunks, self._need, self._have = [], 0, 0
+            self._chunk, self._chunk_fill = bytearray(), 0
             return [joined]
         self._end += n
         return self._parse()
