@@ -201,58 +201,16 @@ def worker_rk_produce(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_rk_consume(spec: dict[str, Any]) -> dict[str, Any]:
-    """confluent-kafka consumer with large fetches, reading every partition from offset 0."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    n, size, parts, topic = spec["n"], spec["size"], spec["partitions"], spec["topic"]
-    deadline = time.monotonic() + spec["timeout"]
-    consumer = Consumer(
-        {
-            **pc._common_conf(spec),
-            "group.id": f"bench-{uuid.uuid4().hex[:8]}",
-            "enable.auto.commit": False,
-            "enable.auto.offset.store": False,
-            "auto.offset.reset": "error",
-            "fetch.max.bytes": spec["fetch_max_bytes"],
-            "max.partition.fetch.bytes": spec["partition_max_bytes"],
-            "receive.message.max.bytes": spec["fetch_max_bytes"] + MIB,
-            "queued.max.messages.kbytes": 2 * spec["fetch_max_bytes"] // 1024,
-            "fetch.queue.backoff.ms": 10,
-            **spec["rk_conf"],
-        }
-    )
-    received = nbytes = errors = 0
-    first_error = None
-    try:
-        highs = [
-            consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=15)[1]
-            for p in range(parts)
-        ]
-        if sum(highs) != n:
-            return {"ok": False, "error": f"sum(high watermarks) {sum(highs)} != {n}"}
-        t0 = time.perf_counter()
-        t_end = t0
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(parts)])
-        while received < n and time.monotonic() < deadline:
-            for msg in consumer.consume(min(10_000, n - received), 0.5):
-                if msg.error() is not None:
-                    errors += 1
-                    first_error = first_error or str(msg.error())
-                    continue
-                received += 1
-                nbytes += len(msg.value())
-            t_end = time.perf_counter()
-    finally:
-        consumer.close()
-    ok = received == n and nbytes == n * size and errors == 0
-    return {
-        "ok": ok,
-        "error": None
-        if ok
-        else f"received {received}/{n}, {nbytes} bytes, {errors} errors (first: {first_error})",
-        "n": received,
-        "seconds": t_end - t0,
+    """confluent-kafka consumer with large fetches, reading every partition from offset 0:
+    produce_consume.py's worker with these settings."""
+    conf = {
+        "fetch.max.bytes": spec["fetch_max_bytes"],
+        "max.partition.fetch.bytes": spec["partition_max_bytes"],
+        "receive.message.max.bytes": spec["fetch_max_bytes"] + MIB,
+        "queued.max.messages.kbytes": 2 * spec["fetch_max_bytes"] // 1024,
+        **spec["rk_conf"],
     }
+    return pc.worker_consume({**spec, "fetch_queue_backoff_ms": 10, "conf": conf})
 
 
 # -- raw-protocol workers ------------------------------------------------------------------

@@ -190,6 +190,8 @@ def worker_produce(spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def worker_consume(spec: dict[str, Any]) -> dict[str, Any]:
+    """Read every partition from offset 0 until all N arrived, timed from assign().
+    `spec["conf"]` adds librdkafka settings (bench/bulk.py's large fetches)."""
     from confluent_kafka import Consumer, TopicPartition
 
     n, size, parts, topic = spec["n"], spec["size"], spec["partitions"], spec["topic"]
@@ -205,6 +207,7 @@ def worker_consume(spec: dict[str, Any]) -> dict[str, Any]:
             # whole second; a Python loop that is slower than the fetcher then stalls for
             # fetch.wait.max.ms on the caught-up partitions. Same value for both targets.
             "fetch.queue.backoff.ms": spec["fetch_queue_backoff_ms"],
+            **spec.get("conf", {}),
         }
     )
     try:
