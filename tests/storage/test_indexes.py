@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from oncelog.protocol.records.batch import iter_batches
+from oncelog.storage.index_file import BLOCK
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.segment import LogSegment, segment_name
 from oncelog.storage.time_index import TimeIndex
@@ -24,6 +25,8 @@ def test_offset_index_file_format_and_lookup(tmp_path: Path) -> None:
     index.append(105, 4000)
     index.append(105, 5000)  # not above the last offset: ignored
     index.append(110, 8000)
+    assert (tmp_path / "x.index").read_bytes() == b""  # gathered in memory until a flush
+    index.flush()
     assert (tmp_path / "x.index").read_bytes() == bytes.fromhex(
         "00000000 00000000 00000005 00000fa0 0000000a 00001f40"
     )
@@ -41,6 +44,39 @@ def test_offset_index_file_format_and_lookup(tmp_path: Path) -> None:
     assert (index.entries, index.last_offset) == (1, 100)
     assert (tmp_path / "x.index").stat().st_size == 8
     index.close()
+
+
+def test_index_entries_are_written_in_blocks_and_at_close(tmp_path: Path) -> None:
+    """One write per block of entries, not per entry; close writes the rest."""
+    path = tmp_path / "x.index"
+    index = OffsetIndex(path, 0)
+    index.open()
+    per_block = BLOCK // 8
+    for i in range(per_block - 1):
+        index.append(i, i * 4096)
+    assert path.stat().st_size == 0
+    index.append(per_block - 1, (per_block - 1) * 4096)
+    assert path.stat().st_size == BLOCK
+    index.append(per_block, per_block * 4096)
+    assert path.stat().st_size == BLOCK
+    index.close()
+    assert path.stat().st_size == BLOCK + 8
+    reloaded = OffsetIndex(path, 0)
+    assert reloaded.load(log_size=10**9) and reloaded.entries == per_block + 1
+
+
+def test_truncating_an_index_keeps_its_gathered_entries_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "x.index"
+    index = OffsetIndex(path, 0)
+    index.open()
+    for i in range(5):
+        index.append(i, i * 100)
+    index.truncate_to_position(300)  # entries 0-2 stay, whether written or not
+    index.append(7, 700)
+    index.close()
+    reloaded = OffsetIndex(path, 0)
+    assert reloaded.load(log_size=10**6)
+    assert [reloaded.lookup(o) for o in (2, 3, 7)] == [200, 200, 700]
 
 
 def test_offset_index_load_rejects_inconsistent_files(tmp_path: Path) -> None:
@@ -69,6 +105,7 @@ def test_time_index_file_format_and_lookup(tmp_path: Path) -> None:
     index.maybe_append(T0, 103)  # not above: ignored
     index.maybe_append(T0 + 50, 106)
     index.maybe_append(T0 + 10, 109)  # below: ignored
+    index.flush()
     assert (tmp_path / "x.timeindex").read_bytes() == (
         T0.to_bytes(8, "big") + (0).to_bytes(4, "big") + (T0 + 50).to_bytes(8, "big") + b"\0\0\0\6"
     )

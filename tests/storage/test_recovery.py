@@ -67,6 +67,7 @@ class Snapshot:
 def _indexes_match_original(snap: Snapshot, plog: PartitionLog) -> None:
     """Rebuilt indexes equal the ones written while appending (cut at the log end)."""
     for segment in plog.segments:
+        segment.flush()  # index entries are gathered in memory until then
         index = snap.original(segment.base_offset, ".index")
         keep = [
             index[i : i + 8]

@@ -27,14 +27,14 @@ SEQUENCE_MODULUS = 2**31
 
 BATCH = struct.Struct("<iiqq")
 """One cached batch: first sequence, offset delta, last offset, max timestamp."""
-_BATCHES_SIZE = MAX_CACHED_BATCHES * BATCH.size
-_NO_BATCHES = bytes(_BATCHES_SIZE)
+BATCHES_SIZE = MAX_CACHED_BATCHES * BATCH.size
+_NO_BATCHES = bytes(BATCHES_SIZE)
 _KEEP = (MAX_CACHED_BATCHES - 1) * BATCH.size
-RECORD = struct.Struct(f"<qhqiqB{_BATCHES_SIZE}s")
+RECORD = struct.Struct(f"<qhqiqB{BATCHES_SIZE}s")
 """A stored entry: producer id, epoch, last timestamp, coordinator epoch, first offset of
 the open transaction, number of batches, the batches (newest first)."""
 RECORD_SIZE = RECORD.size
-BATCHES_AT = RECORD_SIZE - _BATCHES_SIZE
+BATCHES_AT = RECORD_SIZE - BATCHES_SIZE
 _PID = struct.Struct("<q")
 RECORD_KEY = struct.Struct("<qh20xB")
 """The start of a record: producer id, epoch, number of batches."""

@@ -19,9 +19,14 @@ from oncelog.fileio import CorruptFileError
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
 from oncelog.producer_state.entry import (
+    BATCH,
     BATCHES_AT,
+    BATCHES_SIZE,
+    MAX_CACHED_BATCHES,
+    NO_EPOCH,
     RECORD_KEY,
     RECORD_SIZE,
+    SEQUENCE_MODULUS,
     BatchMetadata,
     PackedEntries,
     ProducerStateEntry,
@@ -30,7 +35,7 @@ from oncelog.producer_state.entry import (
     producer_id_at,
 )
 from oncelog.producer_state.tracker import ProducerTracker
-from oncelog.protocol.records.batch import BatchHeader
+from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, BatchHeader
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -41,6 +46,11 @@ _MIN_TABLE = 8
 _DELETED = -1
 _U64 = 2**64 - 1
 _pid_at = struct.Struct("<q").unpack_from
+_NEXT = struct.Struct("<qhqiqBii")
+"""A record's fields up to its newest batch's first sequence and offset delta."""
+_LAST_TIMESTAMP = struct.Struct("<q")
+_LAST_TIMESTAMP_AT = 10
+_INT32 = struct.Struct("<i")
 
 
 class ProducerStateManager:
@@ -103,6 +113,72 @@ class ProducerStateManager:
             header.base_sequence,
             header.last_offset_delta,  # the last sequence follows, as in BatchHeader
         )
+
+    def next_in_line(self, header: BatchHeader) -> int:
+        """The slot of the producer's record when `header` is simply its next batch, else 0.
+
+        The common case of every Produce, checked on the stored record without decoding it:
+        a known producer, the same epoch, the first sequence right after its last one, and
+        the batch keeps its transaction state (a transactional batch inside its open
+        transaction, or a plain one outside). Every rule of `ProducerAppendInfo` passes then
+        and the batch cannot be a retry (the five cached batches are consecutive sequences
+        ending at the last one; a cached batch that starts at the same sequence anyway, as
+        state that did not come from in-order appends could hold, sends the batch the long
+        way). For anything else (0) the caller takes `find_duplicate`, `prepare` and
+        `update`, which stay the rules. After the bytes are written, `append_next` records
+        the batch.
+        """
+        table = self._table
+        records = self._records
+        pid = header.producer_id
+        slot = table[pid & (len(table) - 1)]
+        if slot <= 0:
+            return 0
+        at = slot * RECORD_SIZE
+        stored_pid, epoch, _, _, txn_first_offset, count, first_seq, delta = _NEXT.unpack_from(
+            records, at
+        )
+        if (
+            stored_pid != pid
+            or epoch != header.producer_epoch
+            or epoch == NO_EPOCH
+            or not count
+            or first_seq < 0
+            or header.base_sequence != (first_seq + delta + 1) % SEQUENCE_MODULUS
+            or (txn_first_offset >= 0) != bool(header.attributes & TRANSACTIONAL_FLAG)
+        ):
+            return 0
+        batches = at + BATCHES_AT
+        needle = _INT32.pack(header.base_sequence)
+        if records.find(needle, batches, batches + count * BATCH.size) >= 0:
+            return 0
+        return slot
+
+    def append_next(self, slot: int, header: BatchHeader, base_offset: int) -> None:
+        """Record a batch `next_in_line` accepted, appended at `base_offset` (as `stage` and
+        `update` would)."""
+        records = self._records
+        at = slot * RECORD_SIZE
+        (last_timestamp,) = _LAST_TIMESTAMP.unpack_from(records, at + _LAST_TIMESTAMP_AT)
+        batches = at + BATCHES_AT
+        count = records[batches - 1]
+        # Newest first: the four newest move one place on, the oldest falls off.
+        records[batches + BATCH.size : batches + BATCHES_SIZE] = records[
+            batches : batches + BATCHES_SIZE - BATCH.size
+        ]
+        BATCH.pack_into(
+            records,
+            batches,
+            header.base_sequence,
+            header.last_offset_delta,
+            base_offset + header.last_offset_delta,
+            header.max_timestamp,
+        )
+        if header.max_timestamp > last_timestamp:
+            _LAST_TIMESTAMP.pack_into(records, at + _LAST_TIMESTAMP_AT, header.max_timestamp)
+        if count < MAX_CACHED_BATCHES:
+            records[batches - 1] = count + 1
+        self.tracker.touch(slot)
 
     def prepare(self, producer_id: int) -> ProducerAppendInfo:
         return ProducerAppendInfo(self.tp, self.entry(producer_id), producer_id)

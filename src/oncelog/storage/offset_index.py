@@ -8,10 +8,11 @@ on recovery, so it carries no checksum of its own.
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from array import array
 from pathlib import Path
+
+from oncelog.storage.index_file import IndexFile
 
 ENTRY = struct.Struct(">ii")
 
@@ -22,10 +23,10 @@ class OffsetIndex:
         self.base_offset = base_offset
         self._offsets = array("q")
         self._positions = array("q")
-        self._fd = -1
+        self._file = IndexFile(path)
 
     def open(self) -> None:
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._file.open()
 
     def load(self, log_size: int) -> bool:
         """Read the file; return False (and keep nothing) if it is inconsistent."""
@@ -50,7 +51,7 @@ class OffsetIndex:
         """Drop every entry (before a rebuild)."""
         self._offsets = array("q")
         self._positions = array("q")
-        os.ftruncate(self._fd, 0)
+        self._file.truncate(0)
 
     @property
     def entries(self) -> int:
@@ -63,7 +64,7 @@ class OffsetIndex:
     def append(self, offset: int, position: int) -> None:
         if self._offsets and offset <= self._offsets[-1]:
             return
-        os.write(self._fd, ENTRY.pack(offset - self.base_offset, position))
+        self._file.append(ENTRY.pack(offset - self.base_offset, position))
         self._offsets.append(offset)
         self._positions.append(position)
 
@@ -82,12 +83,13 @@ class OffsetIndex:
         keep = bisect.bisect_left(self._positions, position)
         del self._offsets[keep:]
         del self._positions[keep:]
-        os.ftruncate(self._fd, keep * ENTRY.size)
+        self._file.truncate(keep * ENTRY.size)
+
+    def write_pending(self) -> None:
+        self._file.write_pending()
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._file.flush()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()

@@ -417,6 +417,10 @@ class PartitionLog:
            checked against a staged copy of its state (epoch, sequence).
         3. The bytes are written; only then is the staged producer state applied.
         """
+        if check_sequence and len(records.batches) == 1:
+            appended = self._append_next(records, leader_epoch)
+            if appended is not None:
+                return appended
         duplicate = self._find_duplicate(records) if check_sequence else None
         if duplicate is not None:
             return duplicate
@@ -463,6 +467,49 @@ class PartitionLog:
         if self._unflushed_messages >= self.config.flush_messages:
             self.flush()
         return AppendInfo(base_offset, next_offset - 1, append_time, self.log_start_offset)
+
+    def _append_next(self, records: ValidatedRecords, leader_epoch: int) -> AppendInfo | None:
+        """`append` of a client's one batch in the common case, with fewer steps: no
+        producer, or the producer's next batch (`ProducerStateManager.next_in_line`), no
+        roll, no new leader epoch, no LogAppendTime. None: `append` takes it the long way."""
+        header = records.batches[0][1]
+        state = self.producer_state
+        slot = 0
+        if header.producer_id >= 0:
+            slot = state.next_in_line(header)
+            if not slot:
+                return None
+        seg = self.active
+        base_offset = seg.next_offset
+        next_offset = base_offset + header.last_offset_delta + 1
+        if (
+            leader_epoch > self.leader_epoch_cache.latest_epoch
+            or self.config.message_timestamp_type == "LogAppendTime"
+            or (
+                seg.size
+                and self._roll_due(
+                    seg,
+                    seg.size + header.size,
+                    self._rolling_timestamp(seg),
+                    header.max_timestamp,
+                    next_offset,
+                    seg.index.entries,
+                )
+            )
+        ):
+            return None
+        source = memoryview(records.data)
+        head = bytearray(source[:HEADER_SIZE])
+        rewrite_offsets(head, 0, base_offset, leader_epoch)
+        stored = header._replace(base_offset=base_offset, partition_leader_epoch=leader_epoch)
+        seg.append((head, source[HEADER_SIZE:]), ((0, stored),))
+        if slot:
+            state.append_next(slot, header, base_offset)
+        state.map_end_offset = next_offset
+        self._unflushed_messages += header.record_count
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return AppendInfo(base_offset, next_offset - 1, -1, self.log_start_offset)
 
     def _find_duplicate(self, records: ValidatedRecords) -> AppendInfo | None:
         """The answer to a retry, from the cached batches: every batch must be one.
@@ -899,6 +946,7 @@ class PartitionLog:
         if self.active.size == 0:
             return self.active
         old = self.active
+        old.write_indexes()
         self._rolled_unflushed.append(old)
         self._add_segment(self._new_segment(max(self.log_end_offset, at or 0)))
         # The producer snapshot at the roll is noted here and written by `flush_rolled` (a

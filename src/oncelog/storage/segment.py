@@ -116,7 +116,14 @@ class LogSegment:
             self.size = result.valid_bytes
         self.txn_index.truncate_from(result.next_offset)
         self.first_batch_timestamp = self._first_timestamp()
+        self.write_indexes()
         return result
+
+    def write_indexes(self) -> None:
+        """Write the index entries gathered in memory (a rebuild, a roll): the files then
+        hold the whole index without waiting for the next fsync."""
+        self.index.write_pending()
+        self.time_index.write_pending()
 
     def _index_tail_ok(self) -> bool:
         """A clean load trusts the index only if a non-empty log has one (a missing or
@@ -223,7 +230,7 @@ class LogSegment:
     def append(
         self,
         pieces: Sequence[bytes | bytearray | memoryview],
-        headers: list[tuple[int, BatchHeader]],
+        headers: Sequence[tuple[int, BatchHeader]],
     ) -> None:
         """Append offset-assigned batches given as buffers, in one vectored write.
 
@@ -233,7 +240,7 @@ class LogSegment:
         would reuse.
         """
         start = self.size
-        total = sum(len(p) for p in pieces)
+        total = sum(map(len, pieces))
         try:
             written = 0
             for i in range(0, len(pieces), _IOV_MAX):

@@ -7,10 +7,11 @@ only grow, so a lookup by time bisects and then scans the log forward from that 
 from __future__ import annotations
 
 import bisect
-import os
 import struct
 from array import array
 from pathlib import Path
+
+from oncelog.storage.index_file import IndexFile
 
 ENTRY = struct.Struct(">qi")
 
@@ -21,10 +22,10 @@ class TimeIndex:
         self.base_offset = base_offset
         self._timestamps = array("q")
         self._offsets = array("q")
-        self._fd = -1
+        self._file = IndexFile(path)
 
     def open(self) -> None:
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        self._file.open()
 
     def load(self, next_offset: int) -> bool:
         data = self.path.read_bytes() if self.path.exists() else b""
@@ -45,7 +46,7 @@ class TimeIndex:
     def reset(self) -> None:
         self._timestamps = array("q")
         self._offsets = array("q")
-        os.ftruncate(self._fd, 0)
+        self._file.truncate(0)
 
     @property
     def entries(self) -> int:
@@ -59,7 +60,7 @@ class TimeIndex:
         """Add an entry if `timestamp` is above every indexed one."""
         if self._timestamps and timestamp <= self._timestamps[-1]:
             return
-        os.write(self._fd, ENTRY.pack(timestamp, offset - self.base_offset))
+        self._file.append(ENTRY.pack(timestamp, offset - self.base_offset))
         self._timestamps.append(timestamp)
         self._offsets.append(offset)
 
@@ -72,12 +73,13 @@ class TimeIndex:
         keep = bisect.bisect_left(self._offsets, next_offset)
         del self._timestamps[keep:]
         del self._offsets[keep:]
-        os.ftruncate(self._fd, keep * ENTRY.size)
+        self._file.truncate(keep * ENTRY.size)
+
+    def write_pending(self) -> None:
+        self._file.write_pending()
 
     def flush(self) -> None:
-        os.fsync(self._fd)
+        self._file.flush()
 
     def close(self) -> None:
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._file.close()

@@ -13,6 +13,7 @@ same C walk, as Kafka refuses a record without a key there: the cleaner could ne
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import ModuleType
 
 from oncelog.errors import (
     CorruptMessage,
@@ -33,6 +34,12 @@ from oncelog.protocol.records.batch import (
 )
 from oncelog.protocol.records.compression import Codec, DecompressionError, decompress
 from oncelog.protocol.records.record import KeylessRecordsError, RecordFormatError, check_records
+
+_speedups: ModuleType | None
+try:
+    from oncelog.protocol.records import _speedups
+except ImportError:  # the C extension is optional
+    _speedups = None
 
 _MIN_LEGACY_LENGTH = 14  # the smallest magic v0 message after its offset and length
 
@@ -81,6 +88,12 @@ def validate_produce_records(
     Errors come in Kafka's order: sizes and CRCs of all batches, then the batch count, then
     each batch's contents.
     """
+    if client and _speedups is not None:
+        # The common case in one C call; anything it does not pass is judged (and worded)
+        # below, which stays the reference.
+        header = _speedups.check_client_batch(data, max_message_bytes, compacted, BatchHeader)
+        if header is not None:
+            return ValidatedRecords(data, [(0, header)], header.record_count)
     if not data:
         raise InvalidRecord("produce request has no record batches for the partition")
     batches: list[tuple[int, BatchHeader]] = []

@@ -194,7 +194,7 @@ def _produce(
                 "record_errors": [],
                 "error_message": None,
             }
-            if tp in denied:
+            if denied and tp in denied:
                 entry.update(error_code=denied[tp], error_message=None)
                 info = None
             else:
@@ -246,7 +246,7 @@ def _append_partition(
     try:
         if acks not in (0, 1, -1):
             raise _invalid_acks(acks)
-        if tp in refused:
+        if refused and tp in refused:
             raise _Unverified(refused[tp], tp)
         if acks == -1:
             _check_min_isr(replicas, tp)
@@ -272,11 +272,9 @@ def _append_partition(
         return None
     if info.duplicate:
         ctx.broker.metrics.record_duplicate(tp.topic)
-    entry.update(
-        base_offset=info.base_offset,
-        log_append_time=info.log_append_time,
-        log_start_offset=info.log_start_offset,
-    )
+    entry["base_offset"] = info.base_offset
+    entry["log_append_time"] = info.log_append_time
+    entry["log_start_offset"] = info.log_start_offset
     return info
 
 
@@ -323,6 +321,8 @@ def _replicated(
 def _check_min_isr(replicas: Any, tp: TopicPartition) -> None:
     """Kafka refuses acks=all while the in-sync replicas are fewer than min.insync.replicas."""
     required = replicas.partition(tp).config.min_insync_replicas
+    if required <= 1:
+        return  # the leader is always in its own ISR
     in_sync = replicas.in_sync_replicas(tp)
     if required > in_sync:
         raise NotEnoughReplicas(

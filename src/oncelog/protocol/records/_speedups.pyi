@@ -1,6 +1,13 @@
+from typing import TypeVar
+
 def check_records(
     buf: bytes | bytearray | memoryview, start: int, end: int, count: int, /
 ) -> tuple[str, int, int] | None: ...
 def scan_records(
     body: bytes | bytearray | memoryview, count: int, /
 ) -> list[tuple[int, int, int, int, int, int, int, int, int]]: ...
+T = TypeVar("T")
+
+def check_client_batch(
+    buf: bytes | bytearray | memoryview, max_message_bytes: int, require_key: bool, cls: type[T], /
+) -> T | None: ...

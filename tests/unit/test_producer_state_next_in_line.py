@@ -1,0 +1,134 @@
+"""`ProducerStateManager.next_in_line` / `append_next`, the short way of the common append,
+against the rules (`find_duplicate`, `prepare`, `ProducerAppendInfo.append`, `update`): for
+any history of batches and markers, taking the short way whenever it offers itself leaves
+exactly the state, answers and errors the rules alone give."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from oncelog.errors import KafkaError
+from oncelog.producer_state.manager import ProducerStateManager
+from oncelog.producer_state.tracker import ProducerTracker
+from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, BatchHeader
+from oncelog.types import TopicPartition
+
+TP = TopicPartition("t", 0)
+PIDS = (1, 9, 1 + 2**20)
+"""1 and 1 + 2**20 share the low bits of the id map's first probe."""
+
+
+def header(
+    pid: int, epoch: int, seq: int, delta: int, offset: int, ts: int, txn: bool
+) -> BatchHeader:
+    attributes = TRANSACTIONAL_FLAG if txn else 0
+    return BatchHeader(offset, 100, 0, 2, 0, attributes, delta, ts, ts, pid, epoch, seq, delta + 1)
+
+
+def by_rules(state: ProducerStateManager, batch: BatchHeader) -> object:
+    found = state.find_duplicate(batch)
+    if found is not None:
+        return ("duplicate", found.first_offset, found.last_offset)
+    info = state.prepare(batch.producer_id)
+    try:
+        info.append(batch)
+    except KafkaError as exc:
+        return ("error", exc.code)
+    state.update(info)
+    return "appended"
+
+
+def short_way(state: ProducerStateManager, batch: BatchHeader) -> object:
+    slot = state.next_in_line(batch)
+    if not slot:
+        return by_rules(state, batch)
+    state.append_next(slot, batch, batch.base_offset)
+    return "appended"
+
+
+def marker(state: ProducerStateManager, pid: int, epoch: int, offset: int, commit: bool) -> object:
+    info = state.prepare(pid)
+    try:
+        info.end_transaction(epoch, 0, commit, offset, check=True)
+    except KafkaError as exc:
+        return ("error", exc.code)
+    state.update(info)
+    return "marker"
+
+
+step = st.tuples(
+    st.sampled_from(PIDS),
+    st.integers(0, 2),  # epoch
+    st.sampled_from(["next", "next", "next", "same", "gap", "zero", "old", "wrap", "none"]),
+    st.integers(0, 3),  # offset delta
+    st.booleans(),  # transactional
+    st.sampled_from([None, None, None, None, True, False]),  # a marker instead, commit?
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(step, max_size=40))
+def test_the_short_way_changes_nothing_the_rules_would_not(
+    steps: list[tuple[int, int, str, int, bool, bool | None]],
+) -> None:
+    ours = ProducerStateManager(TP, tracker=ProducerTracker())
+    rules = ProducerStateManager(TP, tracker=ProducerTracker())
+    offset = 0
+    last_seq: dict[int, int] = {}
+    for pid, epoch, how, delta, txn, commit in steps:
+        if commit is not None:
+            ended = marker(ours, pid, epoch, offset, commit)
+            assert ended == marker(rules, pid, epoch, offset, commit)
+            offset += 1
+            continue
+        last = last_seq.get(pid, -1)
+        seq = {
+            "next": (last + 1) % 2**31,
+            "same": max(last - delta, 0),
+            "gap": (last + 3) % 2**31,
+            "zero": 0,
+            "old": max(last - 7, 0),
+            "wrap": 2**31 - 1,
+            "none": -1,
+        }[how]
+        batch = header(pid, epoch, seq, delta, offset, 1_000 + offset, txn)
+        answer = short_way(ours, batch)
+        assert answer == by_rules(rules, batch)
+        if answer == "appended":
+            last_seq[pid] = (seq + delta) % 2**31
+            offset += delta + 1
+        for p in PIDS:
+            assert ours.entry(p) == rules.entry(p)
+        assert ours.ongoing_transactions() == rules.ongoing_transactions()
+
+
+def test_the_next_batch_of_a_known_producer_takes_the_short_way() -> None:
+    state = ProducerStateManager(TP, tracker=ProducerTracker())
+    assert by_rules(state, header(7, 0, 0, 4, 0, 1, False)) == "appended"
+    assert state.next_in_line(header(7, 0, 5, 0, 5, 2, False))
+    assert not state.next_in_line(header(7, 0, 0, 4, 0, 1, False))  # a retry
+    assert not state.next_in_line(header(7, 1, 0, 0, 5, 2, False))  # a new epoch
+    assert not state.next_in_line(header(7, 0, 5, 0, 5, 2, True))  # opens a transaction
+    assert not state.next_in_line(header(8, 0, 0, 0, 5, 2, False))  # unknown producer
+
+
+def test_after_a_batch_without_sequence_the_next_must_start_at_zero() -> None:
+    state = ProducerStateManager(TP, tracker=ProducerTracker())
+    assert by_rules(state, header(7, 0, -1, 2, 0, 1, False)) == "appended"
+    after = header(7, 0, 2, 0, 3, 1, False)
+    assert not state.next_in_line(after)
+    assert by_rules(state, after)[0] == "error"  # type: ignore[index]
+
+
+def test_a_cached_batch_at_the_next_sequence_is_a_retry_not_the_next_batch() -> None:
+    """Writes without sequence rules (a coordinator's) can leave cached batches that are not
+    consecutive; a batch that matches one of them is a duplicate, never the short way."""
+    state = ProducerStateManager(TP, tracker=ProducerTracker())
+    for seq, offset in ((4, 0), (3, 1)):
+        info = state.prepare(7)
+        info.append(header(7, 0, seq, 0, offset, 1, False), check_sequence=False)
+        state.update(info)
+    retry = header(7, 0, 4, 0, 2, 1, False)
+    assert not state.next_in_line(retry)
+    assert by_rules(state, retry) == ("duplicate", 0, 0)
