@@ -138,6 +138,10 @@ HANDLERS: dict[ApiKey, Handler] = {
 }
 
 
+_BY_NUMBER: dict[int, Handler] = {int(key): handler for key, handler in HANDLERS.items()}
+"""`HANDLERS` by plain number, looked up without an `ApiKey(n)` enum call per request."""
+
+
 @dataclass(frozen=True, slots=True)
 class Reply:
     data: list[Buffer]
@@ -224,7 +228,7 @@ class Dispatcher:
         replicas = self.broker.replicas
         replicas.coordinator_writes.clear()  # timers' writes are nobody's to wait for
         try:
-            answer = HANDLERS[ApiKey(api_key)](ctx, request)
+            answer = _BY_NUMBER[api_key](ctx, request)
         except CloseConnection as exc:
             metrics.record_request(api_key, started)
             return Close(str(exc))

@@ -18,21 +18,22 @@ The HTTP listener renders `registry` with `prometheus_client.generate_latest`.
 
 from __future__ import annotations
 
+import math
 import time
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import CounterMetricFamily
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import ApiKey
 
 if TYPE_CHECKING:
-    from prometheus_client.metrics import Counter as _Counter
-    from prometheus_client.metrics import Histogram as _Histogram
 
     from oncelog.broker.context import BrokerContext
     from oncelog.metadata.controller import Controller
@@ -70,22 +71,13 @@ class BrokerMetrics:
         self.now = now
         self.registry = CollectorRegistry()
         r = self.registry
-        self._requests = Counter(
-            "oncelog_requests", "Requests handled, per API.", ["api"], registry=r
-        )
+        self._per_api = _RequestCounters()
+        r.register(self._per_api)
         self._errors = Counter(
             "oncelog_request_errors",
             "Error codes in responses, per API and Kafka error name (each failed partition "
             "counts once).",
             ["api", "error"],
-            registry=r,
-        )
-        self._duration = Histogram(
-            "oncelog_request_duration_seconds",
-            "Time from a request's arrival to its response being framed, purgatory waits "
-            "included.",
-            ["api"],
-            buckets=REQUEST_BUCKETS,
             registry=r,
         )
         self._duplicates = Counter(
@@ -127,7 +119,6 @@ class BrokerMetrics:
         self._connections.set_function(lambda: 0)
         #: Set by the server in a cluster: the controller state machine of this broker.
         self.controller: Controller | None = None
-        self._per_api: dict[int, tuple[_Counter, _Histogram, str]] = {}
         self._attached = False
 
     # -- wiring --------------------------------------------------------------------------------
@@ -151,20 +142,14 @@ class BrokerMetrics:
 
     # -- events ----------------------------------------------------------------------------------
 
-    def _api(self, api_key: int) -> tuple[_Counter, _Histogram, str]:
-        cached = self._per_api.get(api_key)
-        if cached is None:
-            name = api_name(api_key)
-            cached = (self._requests.labels(name), self._duration.labels(name), name)
-            self._per_api[api_key] = cached
-        return cached
-
     def record_request(self, api_key: int, started: float | None) -> None:
         """One request answered (or closed, or acks=0); `started`: its arrival (`now`)."""
-        requests, duration, _ = self._api(api_key)
-        requests.inc()
+        stats = self._per_api.by_key.get(api_key) or self._per_api.add(api_key)
+        stats.count += 1
         if started is not None:
-            duration.observe(max(0.0, self.now() - started))
+            seconds = max(0.0, self.now() - started)
+            stats.sum += seconds
+            stats.buckets[bisect_left(REQUEST_BUCKETS, seconds)] += 1
 
     def record_response(
         self,
@@ -177,7 +162,7 @@ class BrokerMetrics:
         """A response about to be framed: the request, its latency, its error codes, and a
         Fetch's bytes out per topic (`follower`: a replica's fetch)."""
         self.record_request(api_key, started)
-        name = self._api(api_key)[2]
+        name = self._per_api.by_key[api_key].name
         codes = _produce_error_codes(answer) if api_key == ApiKey.PRODUCE else _error_codes(answer)
         for code in codes:
             self._errors.labels(name, error_label(code)).inc()
@@ -215,6 +200,58 @@ class BrokerMetrics:
     def duplicate_batches(self) -> int:
         """Duplicates over every topic."""
         return int(sum(s.value for s in _samples(self._duplicates, "_total")))
+
+
+_BUCKET_LABELS = tuple(floatToGoString(b) for b in (*REQUEST_BUCKETS, math.inf))  # type: ignore[no-untyped-call]
+"""The `le` labels of the request histogram, as prometheus-client writes them."""
+
+
+class _ApiStats:
+    """One API's requests and latency histogram (buckets not cumulative; the last one is
+    +Inf)."""
+
+    __slots__ = ("buckets", "count", "created", "name", "sum")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.count = 0
+        self.sum = 0.0
+        self.buckets = [0] * (len(REQUEST_BUCKETS) + 1)
+        self.created = time.time()
+
+
+class _RequestCounters(Collector):
+    """`oncelog_requests` and `oncelog_request_duration_seconds` per API as plain numbers:
+    every request moves them, where prometheus-client's counter and histogram take a lock
+    per step; the page reads them here, in the same families and buckets."""
+
+    def __init__(self) -> None:
+        self.by_key: dict[int, _ApiStats] = {}
+
+    def add(self, api_key: int) -> _ApiStats:
+        stats = self.by_key[api_key] = _ApiStats(api_name(api_key))
+        return stats
+
+    def collect(self) -> Iterator[Metric]:
+        requests = CounterMetricFamily(
+            "oncelog_requests", "Requests handled, per API.", labels=["api"]
+        )
+        duration = HistogramMetricFamily(
+            "oncelog_request_duration_seconds",
+            "Time from a request's arrival to its response being framed, purgatory waits "
+            "included.",
+            labels=["api"],
+        )
+        for stats in list(self.by_key.values()):
+            requests.add_metric([stats.name], stats.count, created=stats.created)
+            running = 0
+            buckets: list[tuple[str, float]] = []
+            for label, count in zip(_BUCKET_LABELS, stats.buckets, strict=True):
+                running += count
+                buckets.append((label, running))
+            duration.add_metric([stats.name], buckets, stats.sum)
+        yield requests
+        yield duration
 
 
 class _AppendCounters(Collector):

@@ -13,9 +13,16 @@ from __future__ import annotations
 
 import datetime
 import struct
-from dataclasses import dataclass
+from types import ModuleType
+from typing import NamedTuple
 
 from oncelog.protocol.framing import Frame
+
+_speedups: ModuleType | None
+try:
+    from oncelog.protocol.records import _speedups
+except ImportError:  # the C extension is optional
+    _speedups = None
 
 PRODUCE = 0
 _FIRST_FLEXIBLE = 9
@@ -24,26 +31,28 @@ _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionProduceData:
-    index: int
+class PartitionProduceData(NamedTuple):
+    index: int  # type: ignore[assignment]  # kio's name; shadows tuple.index, never used
     records: memoryview | None
 
 
-@dataclass(frozen=True, slots=True)
-class TopicProduceData:
+class TopicProduceData(NamedTuple):
     name: str
     partition_data: tuple[PartitionProduceData, ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceRequest:
-    """The fields of kio's ProduceRequest the handler reads, with records as views."""
+class ProduceRequest(NamedTuple):
+    """The fields of kio's ProduceRequest the handler reads, with records as views.
+    NamedTuples, so the C reader builds them without calling into Python."""
 
     transactional_id: str | None
     acks: int
-    timeout: datetime.timedelta
+    timeout_ms: int
     topic_data: tuple[TopicProduceData, ...]
+
+    @property
+    def timeout(self) -> datetime.timedelta:
+        return datetime.timedelta(milliseconds=self.timeout_ms)
 
 
 class _Malformed(Exception):
@@ -51,7 +60,23 @@ class _Malformed(Exception):
 
 
 def decode_produce(version: int, frame: Frame, offset: int) -> ProduceRequest | None:
-    """The Produce request body at `offset` of `frame`, or None (kio's path)."""
+    """The Produce request body at `offset` of `frame`, or None (kio's path). The C reader
+    (`_speedups.read_produce`) when built, else `decode_produce_python`; the same rules."""
+    if _speedups is None or not 3 <= version <= 11:
+        return decode_produce_python(version, frame, offset)
+    request: ProduceRequest | None = _speedups.read_produce(
+        memoryview(frame).toreadonly(),
+        offset,
+        version >= _FIRST_FLEXIBLE,
+        ProduceRequest,
+        TopicProduceData,
+        PartitionProduceData,
+    )
+    return request
+
+
+def decode_produce_python(version: int, frame: Frame, offset: int) -> ProduceRequest | None:
+    """`decode_produce` in Python: the reference for the C reader, and its fallback."""
     if not 3 <= version <= 11:
         return None
     try:
@@ -89,12 +114,7 @@ class _Reader:
         self.no_tags()
         if self.pos > self.end:
             raise _Malformed("past the end")
-        return ProduceRequest(
-            transactional_id,
-            acks,
-            datetime.timedelta(milliseconds=timeout_ms),
-            tuple(topics),
-        )
+        return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
 
     def uvarint(self) -> int:
         value = shift = 0

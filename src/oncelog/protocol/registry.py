@@ -114,11 +114,14 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
 }
 
 
+_SUPPORTED_BY_NUMBER: dict[int, tuple[int, int]] = {
+    int(key): bounds for key, bounds in SUPPORTED_VERSIONS.items()
+}
+"""By plain number: every request is looked up here, and `ApiKey(n)` costs an enum call."""
+
+
 def supported_range(api_key: int) -> tuple[int, int] | None:
-    try:
-        return SUPPORTED_VERSIONS[ApiKey(api_key)]
-    except ValueError:
-        return None
+    return _SUPPORTED_BY_NUMBER.get(api_key)
 
 
 def is_supported(api_key: int, version: int) -> bool:

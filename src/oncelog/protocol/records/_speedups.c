@@ -723,6 +723,234 @@ done:
     return out;
 }
 
+/* -- read_produce: a Produce request body (v3-v11) as oncelog.protocol.fast_requests reads
+ * it, in one call. Same rules as its Python `_Reader` (the fallback and the reference): only
+ * what is plainly well formed is read; anything else returns None and kio decides. */
+
+typedef struct {
+    const unsigned char *buf;
+    Py_ssize_t pos, end;
+    int flexible;
+} reader;
+
+/* 0, or -1 when malformed (never sets a Python error). */
+static int rd_uvarint(reader *r, int64_t *out)
+{
+    uint64_t value = 0;
+    int shift = 0;
+    while (1) {
+        if (r->pos >= r->end)
+            return -1;
+        unsigned char byte = r->buf[r->pos++];
+        value |= (uint64_t)(byte & 0x7F) << shift;
+        if (byte < 0x80)
+            break;
+        shift += 7;
+        if (shift > 28)
+            return -1;
+    }
+    *out = (int64_t)value;
+    return 0;
+}
+
+static int rd_length(reader *r, int wide, int64_t *out)
+{
+    if (r->flexible) {
+        if (rd_uvarint(r, out) < 0)
+            return -1;
+        *out -= 1;
+        return 0;
+    }
+    Py_ssize_t size = wide ? 4 : 2;
+    if (r->end - r->pos < size)
+        return -1;
+    *out = wide ? be32(r->buf + r->pos) : be16(r->buf + r->pos);
+    r->pos += size;
+    return 0;
+}
+
+static int rd_count(reader *r, int64_t *out)
+{
+    if (rd_length(r, 1, out) < 0 || *out < 0 || *out > r->end - r->pos)
+        return -1;
+    return 0;
+}
+
+static int rd_no_tags(reader *r)
+{
+    if (!r->flexible)
+        return 0;
+    if (r->pos >= r->end || r->buf[r->pos] != 0)
+        return -1;
+    r->pos++;
+    return 0;
+}
+
+/* A nullable string: 0 with *out a new reference (None for null), -1 malformed, -2 error. */
+static int rd_string(reader *r, PyObject **out)
+{
+    int64_t n;
+    if (rd_length(r, 0, &n) < 0)
+        return -1;
+    if (n < 0) {
+        if (n != -1)
+            return -1;
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (n > r->end - r->pos)
+        return -1;
+    PyObject *text = PyUnicode_DecodeUTF8((const char *)r->buf + r->pos, n, "strict");
+    if (text == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+            return -2;
+        PyErr_Clear();
+        return -1;
+    }
+    r->pos += n;
+    *out = text;
+    return 0;
+}
+
+static PyObject *new_tuple_of(PyObject *cls, Py_ssize_t size)
+{
+    return ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, size);
+}
+
+static int is_namedtuple_class(PyObject *cls)
+{
+    return PyType_Check(cls) && PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) &&
+           ((PyTypeObject *)cls)->tp_basicsize == PyTuple_Type.tp_basicsize;
+}
+
+/* read_produce(view, offset, flexible, request_cls, topic_cls, partition_cls): request_cls(
+ * transactional_id, acks, timeout_ms, topics), topic_cls(name, partitions),
+ * partition_cls(index, records) with records as slices of `view` (a read-only memoryview of
+ * the frame); None when not plainly well formed. */
+static PyObject *read_produce(PyObject *self, PyObject *args)
+{
+    PyObject *view_obj, *request_cls, *topic_cls, *partition_cls;
+    Py_ssize_t offset;
+    int flexible;
+    if (!PyArg_ParseTuple(args, "OnpOOO", &view_obj, &offset, &flexible, &request_cls,
+                          &topic_cls, &partition_cls))
+        return NULL;
+    if (!PyMemoryView_Check(view_obj) || !is_namedtuple_class(request_cls) ||
+        !is_namedtuple_class(topic_cls) || !is_namedtuple_class(partition_cls)) {
+        PyErr_SetString(PyExc_TypeError, "a memoryview and three NamedTuple classes");
+        return NULL;
+    }
+    Py_buffer *view = PyMemoryView_GET_BUFFER(view_obj);
+    if (!PyBuffer_IsContiguous(view, 'C') || view->itemsize != 1 || offset < 0 ||
+        offset > view->len) {
+        PyErr_SetString(PyExc_ValueError, "a contiguous byte view, offset inside it");
+        return NULL;
+    }
+    reader r = {(const unsigned char *)view->buf, offset, view->len, flexible};
+    PyObject *txn_id = NULL, *topics = NULL, *result = NULL;
+    int status = rd_string(&r, &txn_id);
+    if (status < 0)
+        goto fail;
+    if (r.end - r.pos < 6)
+        goto malformed;
+    int16_t acks = be16(r.buf + r.pos);
+    int32_t timeout_ms = be32(r.buf + r.pos + 2);
+    r.pos += 6;
+    int64_t topic_count;
+    if (rd_count(&r, &topic_count) < 0)
+        goto malformed;
+    topics = PyTuple_New((Py_ssize_t)topic_count);
+    if (topics == NULL)
+        goto error;
+    for (Py_ssize_t t = 0; t < topic_count; t++) {
+        PyObject *name = NULL;
+        status = rd_string(&r, &name);
+        if (status < 0)
+            goto fail;
+        if (name == Py_None) {
+            Py_DECREF(name);
+            goto malformed;
+        }
+        int64_t partition_count;
+        if (rd_count(&r, &partition_count) < 0) {
+            Py_DECREF(name);
+            goto malformed;
+        }
+        PyObject *partitions = PyTuple_New((Py_ssize_t)partition_count);
+        PyObject *topic = partitions == NULL ? NULL : new_tuple_of(topic_cls, 2);
+        if (topic == NULL) {
+            Py_DECREF(name);
+            Py_XDECREF(partitions);
+            goto error;
+        }
+        PyTuple_SET_ITEM(topic, 0, name);
+        PyTuple_SET_ITEM(topic, 1, partitions);
+        PyTuple_SET_ITEM(topics, t, topic);
+        for (Py_ssize_t i = 0; i < partition_count; i++) {
+            if (r.end - r.pos < 4)
+                goto malformed;
+            int32_t index = be32(r.buf + r.pos);
+            r.pos += 4;
+            int64_t n;
+            if (rd_length(&r, 1, &n) < 0)
+                goto malformed;
+            PyObject *records;
+            if (n < 0) {
+                if (n != -1)
+                    goto malformed;
+                records = Py_NewRef(Py_None);
+            } else {
+                if (n > r.end - r.pos)
+                    goto malformed;
+                records = PySequence_GetSlice(view_obj, r.pos, r.pos + (Py_ssize_t)n);
+                if (records == NULL)
+                    goto error;
+                r.pos += (Py_ssize_t)n;
+            }
+            PyObject *partition = new_tuple_of(partition_cls, 2);
+            PyObject *index_obj = partition == NULL ? NULL : PyLong_FromLong(index);
+            if (index_obj == NULL) {
+                Py_XDECREF(partition);
+                Py_DECREF(records);
+                goto error;
+            }
+            PyTuple_SET_ITEM(partition, 0, index_obj);
+            PyTuple_SET_ITEM(partition, 1, records);
+            PyTuple_SET_ITEM(partitions, i, partition);
+            if (rd_no_tags(&r) < 0)
+                goto malformed;
+        }
+        if (rd_no_tags(&r) < 0)
+            goto malformed;
+    }
+    if (rd_no_tags(&r) < 0)
+        goto malformed;
+    result = new_tuple_of(request_cls, 4);
+    PyObject *acks_obj = result == NULL ? NULL : PyLong_FromLong(acks);
+    PyObject *timeout_obj = acks_obj == NULL ? NULL : PyLong_FromLong(timeout_ms);
+    if (timeout_obj == NULL) {
+        Py_XDECREF(acks_obj);
+        Py_CLEAR(result);
+        goto error;
+    }
+    PyTuple_SET_ITEM(result, 0, txn_id);
+    PyTuple_SET_ITEM(result, 1, acks_obj);
+    PyTuple_SET_ITEM(result, 2, timeout_obj);
+    PyTuple_SET_ITEM(result, 3, topics);
+    return result;
+fail:
+    if (status == -2)
+        goto error;
+malformed:
+    Py_XDECREF(txn_id);
+    Py_XDECREF(topics);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(txn_id);
+    Py_XDECREF(topics);
+    return NULL;
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(body, count): (start, end, body, after_ts, ts_delta, offset_delta, "
@@ -733,6 +961,9 @@ static PyMethodDef methods[] = {
     {"check_client_batch", check_client_batch, METH_VARARGS,
      "check_client_batch(buf, max_message_bytes, require_key, cls): the header of one valid "
      "uncompressed client batch, or None for the Python validator to judge."},
+    {"read_produce", read_produce, METH_VARARGS,
+     "read_produce(view, offset, flexible, request_cls, topic_cls, partition_cls): a Produce "
+     "request body, records as views, or None when not plainly well formed."},
     {"walk_batches", walk_batches, METH_VARARGS,
      "walk_batches(buf, cls, start=0, end=-1): [(position, header)] of each complete batch."},
     {"parse_marker_at", parse_marker_at, METH_VARARGS,

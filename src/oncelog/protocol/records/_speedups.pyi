@@ -11,3 +11,12 @@ T = TypeVar("T")
 def check_client_batch(
     buf: bytes | bytearray | memoryview, max_message_bytes: int, require_key: bool, cls: type[T], /
 ) -> T | None: ...
+def read_produce(
+    view: memoryview,
+    offset: int,
+    flexible: bool,
+    request_cls: type[T],
+    topic_cls: type[object],
+    partition_cls: type[object],
+    /,
+) -> T | None: ...
