@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.fileio import FileRegion
+from oncelog.protocol import fast_responses
 from oncelog.protocol.codec import (
     Buffer,
     build,
@@ -69,12 +73,46 @@ produce_answers = st.fixed_dictionaries(
 )
 
 
+@contextmanager
+def python_encoders_only() -> Iterator[None]:
+    saved, fast_responses._speedups = fast_responses._speedups, None
+    try:
+        yield
+    finally:
+        fast_responses._speedups = saved
+
+
+@pytest.mark.parametrize("python_only", [False, True], ids=["c", "python"])
 @settings(max_examples=300, deadline=None)
 @given(answer=produce_answers, version=st.integers(3, 11))
-def test_produce_answers_match_kio(answer: dict[str, Any], version: int) -> None:
-    fast = encode_fast_response(PRODUCE, version, 7, answer)
+def test_produce_answers_match_kio(python_only: bool, answer: dict[str, Any], version: int) -> None:
+    with python_encoders_only() if python_only else nullcontext():
+        fast = encode_fast_response(PRODUCE, version, 7, answer)
     assert fast is not None
     assert _join(fast) == _oracle(PRODUCE, version, answer)
+    if not python_only and fast_responses._speedups is not None:
+        assert len(fast) == 1 and isinstance(fast[0], bytes)  # the C encoder wrote it
+
+
+def test_produce_answers_the_c_encoder_leaves_to_python_still_match_kio() -> None:
+    partition: dict[str, Any] = {
+        "index": 3,
+        "error_code": 0,
+        "base_offset": 5,
+        "log_append_time": -1,
+        "log_start_offset": 0,
+        "record_errors": [],
+        "error_message": None,
+    }
+    odd: list[dict[str, Any]] = [
+        {"responses": ({"name": "t", "partition_responses": (partition,)},)},  # tuples
+        {"responses": [{"name": "t", "partition_responses": [{**partition, "index": True}]}]},
+    ]
+    for answer in odd:
+        for version in (3, 8, 11):
+            fast = encode_fast_response(PRODUCE, version, 7, answer)
+            assert fast is not None
+            assert _join(fast) == _oracle(PRODUCE, version, answer)
 
 
 def _records(kind: str, data: bytes, offset: int) -> Any:

@@ -32,12 +32,14 @@ from kio.static.primitive import i64
 
 from oncelog.fileio import FileRegion
 from oncelog.protocol.extensions import extended_response
-from oncelog.protocol.fast_responses import encode_response_body
+from oncelog.protocol.fast_responses import encode_produce_frame, encode_response_body
 from oncelog.protocol.framing import Frame
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
 from oncelog.protocol.records.record import encode_unsigned_varint
 
 log = logging.getLogger(__name__)
+
+PRODUCE_KEY = 0
 
 _Plan = tuple[tuple[str, str, type[Any] | None, bool, object], ...]
 
@@ -175,6 +177,10 @@ def encode_fast_response(
 ) -> list[Buffer] | None:
     """Frame a Produce or Fetch answer with the hand encoders (`fast_responses`); None when
     they do not take it and `encode_response(build(...))` must."""
+    if api_key == PRODUCE_KEY:
+        frame = encode_produce_frame(version, correlation_id, answer)
+        if frame is not None:
+            return [frame]
     pieces = encode_response_body(api_key, version, answer)
     if pieces is None:
         return None

@@ -13,10 +13,17 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
+from types import ModuleType
 from typing import Any
 
 from oncelog.fileio import FileRegion
 from oncelog.protocol.records.record import encode_unsigned_varint
+
+_speedups: ModuleType | None
+try:
+    from oncelog.protocol.records import _speedups
+except ImportError:  # the C extension is optional
+    _speedups = None
 
 PRODUCE = 0
 FETCH = 1
@@ -41,6 +48,7 @@ _PRODUCE_KEYS = frozenset(
         "error_message",
     )
 )
+_ANSWER_KEYS = frozenset(("responses", "throttle_time"))
 _FETCH_KEYS = frozenset(
     (
         "partition_index",
@@ -102,6 +110,17 @@ class _Writer:
         self.pieces.append(self.out)
 
 
+def encode_produce_frame(version: int, correlation_id: int, answer: Any) -> bytes | None:
+    """A whole Produce response frame (length, header, body) written in C, the answer on
+    every Produce's path; None when the C helper is missing or leaves it to `_produce`."""
+    if _speedups is None:
+        return None
+    frame: bytes | None = _speedups.encode_produce_response(
+        version, correlation_id, answer, _ANSWER_KEYS, _PRODUCE_KEYS
+    )
+    return frame
+
+
 def encode_response_body(api_key: int, version: int, answer: Any) -> list[Piece] | None:
     """The body of a Produce or Fetch answer given as the handlers' mapping, or None when
     the generic encoder must do it (another API, a kio entity, a field we do not write)."""
@@ -115,7 +134,7 @@ def encode_response_body(api_key: int, version: int, answer: Any) -> list[Piece]
 
 
 def _produce(version: int, answer: Mapping[str, Any]) -> list[Piece] | None:
-    if set(answer) - {"responses", "throttle_time"}:
+    if set(answer) - _ANSWER_KEYS:
         return None
     w = _Writer(version >= _FIRST_FLEXIBLE[PRODUCE])
     responses: Sequence[Mapping[str, Any]] = answer["responses"]

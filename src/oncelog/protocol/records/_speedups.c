@@ -951,6 +951,294 @@ error:
     return NULL;
 }
 
+/* -- encode_produce_response: a whole Produce response frame (v3-v11) from the handler's
+ * answer mapping, as oncelog.protocol.fast_responses writes it (that Python encoder stays
+ * the reference and the fallback: anything unexpected here returns None and it decides). */
+
+typedef struct {
+    char *data;
+    Py_ssize_t len, cap;
+} wbuf;
+
+static int wb_reserve(wbuf *b, Py_ssize_t more)
+{
+    if (b->len + more <= b->cap)
+        return 0;
+    Py_ssize_t cap = b->cap ? b->cap : 256;
+    while (cap < b->len + more)
+        cap *= 2;
+    char *data = PyMem_Realloc(b->data, cap);
+    if (data == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    b->data = data;
+    b->cap = cap;
+    return 0;
+}
+
+static int wb_put(wbuf *b, const void *src, Py_ssize_t n)
+{
+    if (wb_reserve(b, n) < 0)
+        return -1;
+    memcpy(b->data + b->len, src, n);
+    b->len += n;
+    return 0;
+}
+
+static int wb_be(wbuf *b, uint64_t v, int size)
+{
+    unsigned char out[8];
+    for (int i = size - 1; i >= 0; i--) {
+        out[i] = (unsigned char)(v & 0xFF);
+        v >>= 8;
+    }
+    return wb_put(b, out, size);
+}
+
+static int wb_uvarint(wbuf *b, uint64_t v)
+{
+    unsigned char out[10];
+    int n = 0;
+    while (v >= 0x80) {
+        out[n++] = (unsigned char)((v & 0x7F) | 0x80);
+        v >>= 7;
+    }
+    out[n++] = (unsigned char)v;
+    return wb_put(b, out, n);
+}
+
+static int wb_count(wbuf *b, Py_ssize_t n, int flexible)
+{
+    return flexible ? wb_uvarint(b, (uint64_t)n + 1) : wb_be(b, (uint64_t)(uint32_t)n, 4);
+}
+
+/* A nullable string; 1 when `value` is neither str nor None (the caller falls back). */
+static int wb_string(wbuf *b, PyObject *value, int flexible)
+{
+    if (value == Py_None)
+        return flexible ? wb_uvarint(b, 0) : wb_be(b, 0xFFFF, 2);
+    if (!PyUnicode_Check(value))
+        return 1;
+    Py_ssize_t n;
+    const char *raw = PyUnicode_AsUTF8AndSize(value, &n);
+    if (raw == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeEncodeError))
+            return -1;
+        PyErr_Clear();
+        return 1;
+    }
+    if (n > 0x7FFF)
+        return 1;
+    if ((flexible ? wb_uvarint(b, (uint64_t)n + 1) : wb_be(b, (uint64_t)n, 2)) < 0)
+        return -1;
+    return wb_put(b, raw, n);
+}
+
+/* An int field within [lo, hi]; 1 when missing, not an int or out of range. */
+static int get_int(PyObject *map, PyObject *key, long long fallback, int required, long long lo,
+                   long long hi, long long *out)
+{
+    PyObject *value = PyDict_GetItemWithError(map, key);
+    if (value == NULL) {
+        if (PyErr_Occurred())
+            return -1;
+        if (required)
+            return 1;
+        *out = fallback;
+        return 0;
+    }
+    if (!PyLong_Check(value))
+        return 1;
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (v == -1 && PyErr_Occurred())
+        return -1;
+    if (overflow || v < lo || v > hi)
+        return 1;
+    *out = v;
+    return 0;
+}
+
+static int keys_within(PyObject *map, PyObject *allowed)
+{
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(map, &pos, &key, &value)) {
+        int known = PySet_Contains(allowed, key);
+        if (known <= 0)
+            return known < 0 ? -1 : 1;
+    }
+    return 0;
+}
+
+static PyObject *k_responses, *k_throttle_time, *k_name, *k_partition_responses, *k_index,
+    *k_error_code, *k_base_offset, *k_log_append_time, *k_log_start_offset, *k_record_errors,
+    *k_error_message, *k_batch_index, *k_batch_index_error_message;
+
+#define I16_MIN (-32768LL)
+#define I16_MAX 32767LL
+#define I32_MIN (-2147483648LL)
+#define I32_MAX 2147483647LL
+#define I64_MIN (-9223372036854775807LL - 1)
+#define I64_MAX 9223372036854775807LL
+
+/* 0 written, 1 fall back, -1 error. */
+static int write_produce(wbuf *b, int version, int flexible, PyObject *answer,
+                         PyObject *answer_keys, PyObject *partition_keys)
+{
+    int rc = keys_within(answer, answer_keys);
+    if (rc)
+        return rc;
+    PyObject *responses = PyDict_GetItemWithError(answer, k_responses);
+    if (responses == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (!PyList_Check(responses) && !PyTuple_Check(responses))
+        return 1;
+    Py_ssize_t topics = PySequence_Fast_GET_SIZE(responses);
+    if (wb_count(b, topics, flexible) < 0)
+        return -1;
+    for (Py_ssize_t t = 0; t < topics; t++) {
+        PyObject *topic = PySequence_Fast_GET_ITEM(responses, t);
+        if (!PyDict_Check(topic))
+            return 1;
+        PyObject *name = PyDict_GetItemWithError(topic, k_name);
+        PyObject *parts = name == NULL ? NULL : PyDict_GetItemWithError(topic, k_partition_responses);
+        if (parts == NULL)
+            return PyErr_Occurred() ? -1 : 1;
+        if (name == Py_None || (!PyList_Check(parts) && !PyTuple_Check(parts)))
+            return 1;
+        if ((rc = wb_string(b, name, flexible)) != 0)
+            return rc;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(parts);
+        if (wb_count(b, n, flexible) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *p = PySequence_Fast_GET_ITEM(parts, i);
+            if (!PyDict_Check(p))
+                return 1;
+            if ((rc = keys_within(p, partition_keys)) != 0)
+                return rc;
+            long long index, code, base, append_time, start;
+            if ((rc = get_int(p, k_index, 0, 1, I32_MIN, I32_MAX, &index)) != 0 ||
+                (rc = get_int(p, k_error_code, 0, 1, I16_MIN, I16_MAX, &code)) != 0 ||
+                (rc = get_int(p, k_base_offset, 0, 1, I64_MIN, I64_MAX, &base)) != 0 ||
+                (rc = get_int(p, k_log_append_time, -1, 0, I64_MIN, I64_MAX, &append_time)) != 0 ||
+                (rc = get_int(p, k_log_start_offset, -1, 0, I64_MIN, I64_MAX, &start)) != 0)
+                return rc;
+            if (wb_be(b, (uint64_t)index, 4) < 0 || wb_be(b, (uint64_t)code, 2) < 0 ||
+                wb_be(b, (uint64_t)base, 8) < 0 || wb_be(b, (uint64_t)append_time, 8) < 0)
+                return -1;
+            if (version >= 5 && wb_be(b, (uint64_t)start, 8) < 0)
+                return -1;
+            if (version >= 8) {
+                PyObject *errors = PyDict_GetItemWithError(p, k_record_errors);
+                if (errors == NULL && PyErr_Occurred())
+                    return -1;
+                Py_ssize_t e_count = 0;
+                if (errors != NULL && PyObject_IsTrue(errors)) {
+                    if (!PyList_Check(errors) && !PyTuple_Check(errors))
+                        return 1;
+                    e_count = PySequence_Fast_GET_SIZE(errors);
+                }
+                if (wb_count(b, e_count, flexible) < 0)
+                    return -1;
+                for (Py_ssize_t e = 0; e < e_count; e++) {
+                    PyObject *err = PySequence_Fast_GET_ITEM(errors, e);
+                    if (!PyDict_Check(err))
+                        return 1;
+                    long long batch_index;
+                    if ((rc = get_int(err, k_batch_index, 0, 1, I32_MIN, I32_MAX, &batch_index)))
+                        return rc;
+                    PyObject *why = PyDict_GetItemWithError(err, k_batch_index_error_message);
+                    if (why == NULL && PyErr_Occurred())
+                        return -1;
+                    if (wb_be(b, (uint64_t)batch_index, 4) < 0)
+                        return -1;
+                    if ((rc = wb_string(b, why == NULL ? Py_None : why, flexible)) != 0)
+                        return rc;
+                    if (flexible && wb_uvarint(b, 0) < 0)
+                        return -1;
+                }
+                PyObject *message = PyDict_GetItemWithError(p, k_error_message);
+                if (message == NULL && PyErr_Occurred())
+                    return -1;
+                if ((rc = wb_string(b, message == NULL ? Py_None : message, flexible)) != 0)
+                    return rc;
+            }
+            if (flexible && wb_uvarint(b, 0) < 0)
+                return -1;
+        }
+        if (flexible && wb_uvarint(b, 0) < 0)
+            return -1;
+    }
+    long long throttle;
+    if ((rc = get_int(answer, k_throttle_time, 0, 0, I32_MIN, I32_MAX, &throttle)) != 0)
+        return rc;
+    if (wb_be(b, (uint64_t)throttle, 4) < 0)
+        return -1;
+    if (flexible && wb_uvarint(b, 0) < 0)
+        return -1;
+    return 0;
+}
+
+/* encode_produce_response(version, correlation_id, answer, answer_keys, partition_keys): the
+ * framed response (length, header v0/v1, body) as bytes, or None. */
+static PyObject *encode_produce_response(PyObject *self, PyObject *args)
+{
+    int version;
+    long long correlation_id;
+    PyObject *answer, *answer_keys, *partition_keys;
+    if (!PyArg_ParseTuple(args, "iLOO!O!", &version, &correlation_id, &answer, &PyFrozenSet_Type,
+                          &answer_keys, &PyFrozenSet_Type, &partition_keys))
+        return NULL;
+    if (version < 3 || version > 11 || !PyDict_Check(answer) || correlation_id < I32_MIN ||
+        correlation_id > I32_MAX)
+        Py_RETURN_NONE;
+    int flexible = version >= 9;
+    wbuf b = {NULL, 0, 0};
+    PyObject *out = NULL;
+    /* length (patched below), correlation id, the flexible header's empty tags */
+    if (wb_be(&b, 0, 4) < 0 || wb_be(&b, (uint64_t)correlation_id, 4) < 0 ||
+        (flexible && wb_uvarint(&b, 0) < 0))
+        goto done;
+    int rc = write_produce(&b, version, flexible, answer, answer_keys, partition_keys);
+    if (rc < 0)
+        goto done;
+    if (rc > 0 || b.len - 4 > I32_MAX) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    uint32_t size = (uint32_t)(b.len - 4);
+    for (int i = 3; i >= 0; i--) {
+        b.data[i] = (char)(size & 0xFF);
+        size >>= 8;
+    }
+    out = PyBytes_FromStringAndSize(b.data, b.len);
+done:
+    PyMem_Free(b.data);
+    return out;
+}
+
+static int intern_keys(void)
+{
+    struct { PyObject **slot; const char *text; } keys[] = {
+        {&k_responses, "responses"}, {&k_throttle_time, "throttle_time"}, {&k_name, "name"},
+        {&k_partition_responses, "partition_responses"}, {&k_index, "index"},
+        {&k_error_code, "error_code"}, {&k_base_offset, "base_offset"},
+        {&k_log_append_time, "log_append_time"}, {&k_log_start_offset, "log_start_offset"},
+        {&k_record_errors, "record_errors"}, {&k_error_message, "error_message"},
+        {&k_batch_index, "batch_index"},
+        {&k_batch_index_error_message, "batch_index_error_message"},
+    };
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        *keys[i].slot = PyUnicode_InternFromString(keys[i].text);
+        if (*keys[i].slot == NULL)
+            return -1;
+    }
+    return 0;
+}
+
 static PyMethodDef methods[] = {
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(body, count): (start, end, body, after_ts, ts_delta, offset_delta, "
@@ -964,6 +1252,9 @@ static PyMethodDef methods[] = {
     {"read_produce", read_produce, METH_VARARGS,
      "read_produce(view, offset, flexible, request_cls, topic_cls, partition_cls): a Produce "
      "request body, records as views, or None when not plainly well formed."},
+    {"encode_produce_response", encode_produce_response, METH_VARARGS,
+     "encode_produce_response(version, correlation_id, answer, answer_keys, partition_keys): "
+     "the framed Produce response as bytes, or None for the Python encoder to write."},
     {"walk_batches", walk_batches, METH_VARARGS,
      "walk_batches(buf, cls, start=0, end=-1): [(position, header)] of each complete batch."},
     {"parse_marker_at", parse_marker_at, METH_VARARGS,
@@ -991,7 +1282,7 @@ PyMODINIT_FUNC PyInit__speedups(void)
         return NULL;
     crc32c_func = PyObject_GetAttrString(crc_module, "crc32c");
     Py_DECREF(crc_module);
-    if (crc32c_func == NULL)
+    if (crc32c_func == NULL || intern_keys() < 0)
         return NULL;
     return PyModule_Create(&module);
 }

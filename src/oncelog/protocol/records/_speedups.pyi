@@ -20,3 +20,11 @@ def read_produce(
     partition_cls: type[object],
     /,
 ) -> T | None: ...
+def encode_produce_response(
+    version: int,
+    correlation_id: int,
+    answer: object,
+    answer_keys: frozenset[str],
+    partition_keys: frozenset[str],
+    /,
+) -> bytes | None: ...

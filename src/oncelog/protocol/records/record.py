@@ -42,8 +42,14 @@ def encode_varint(value: int) -> bytes:
     return encode_unsigned_varint(zigzag(value) & 0xFFFFFFFFFFFFFFFF)
 
 
+_ONE_BYTE = tuple(bytes((n,)) for n in range(0x80))
+"""The varints below 128, the counts and lengths of almost every flexible request field."""
+
+
 def encode_unsigned_varint(n: int) -> bytes:
     """Unsigned varint (also the counts and lengths of flexible protocol versions)."""
+    if 0 <= n < 0x80:
+        return _ONE_BYTE[n]
     out = bytearray()
     while n >= 0x80:
         out.append((n & 0x7F) | 0x80)
