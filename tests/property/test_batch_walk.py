@@ -3,7 +3,7 @@ do: on well-formed logs, on torn tails, and on arbitrary (damaged) bytes."""
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol.records import _speedups as speedups
@@ -159,3 +159,31 @@ def test_c_span_matches_the_walk(parts: list[bytes], cut: int, max_offset: int) 
             break
         expected_cut, expected_next = pos + header.size, header.next_offset
     assert speedups.span_batches(data, max_offset) == (expected_cut, expected_next)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    base_offset=st.integers(0, 2**63 - 1),
+    leader_epoch=st.integers(-1, 2**31 - 1),
+    values=st.lists(st.binary(max_size=20), min_size=1, max_size=4),
+)
+def test_stamping_a_batch_in_c_matches_python(
+    base_offset: int, leader_epoch: int, values: list[bytes]
+) -> None:
+    from oncelog.protocol.records import batch as batch_module
+
+    body = b"".join(encode_record(offset_delta=i, key=None, value=v) for i, v in enumerate(values))
+    data = batch_module.build_batch(
+        base_offset=0,
+        records=body,
+        record_count=len(values),
+        last_offset_delta=len(values) - 1,
+        base_timestamp=1,
+        max_timestamp=1,
+    )
+    header = batch_module.parse_header(data)
+    head, stored = batch_module.stamp_batch(memoryview(data), base_offset, leader_epoch, header)
+    py_head, py_stored = batch_module.stamp_batch_python(data, base_offset, leader_epoch, header)
+    assert bytes(head) == bytes(py_head) and stored == py_stored
+    assert type(stored) is batch_module.BatchHeader
+    assert batch_module.parse_header(bytes(head) + data[61:]) == stored

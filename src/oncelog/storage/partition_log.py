@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
@@ -51,6 +51,7 @@ from oncelog.protocol.records.batch import (
     peek_prefix,
     rewrite_offsets,
     set_log_append_time,
+    stamp_batch,
 )
 from oncelog.protocol.records.compression import batch_records
 from oncelog.protocol.records.control import ControlRecordError, build_marker, parse_marker_at
@@ -86,8 +87,10 @@ class ProducerSettings:
     tracker: ProducerTracker = field(default_factory=ProducerTracker)
 
 
-@dataclass(frozen=True, slots=True)
-class AppendInfo:
+class AppendInfo(NamedTuple):
+    """What an append stored (a NamedTuple: one is made for every partition of every
+    Produce)."""
+
     base_offset: int
     last_offset: int
     log_append_time: int  # -1 unless the topic uses LogAppendTime
@@ -498,11 +501,9 @@ class PartitionLog:
             )
         ):
             return None
-        source = memoryview(records.data)
-        head = bytearray(source[:HEADER_SIZE])
-        rewrite_offsets(head, 0, base_offset, leader_epoch)
-        stored = header._replace(base_offset=base_offset, partition_leader_epoch=leader_epoch)
-        seg.append((head, source[HEADER_SIZE:]), ((0, stored),))
+        data = records.data
+        head, stored = stamp_batch(data, base_offset, leader_epoch, header)
+        seg.append((head, memoryview(data)[HEADER_SIZE:]), ((0, stored),))
         if slot:
             state.append_next(slot, header, base_offset)
         state.map_end_offset = next_offset

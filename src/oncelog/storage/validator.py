@@ -12,8 +12,8 @@ same C walk, as Kafka refuses a record without a key there: the cleaner could ne
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from types import ModuleType
+from typing import NamedTuple
 
 from oncelog.errors import (
     CorruptMessage,
@@ -67,9 +67,9 @@ class KeylessRecords(InvalidRecord):
         )
 
 
-@dataclass(frozen=True, slots=True)
-class ValidatedRecords:
-    """The batches of one partition's produce data, all checked."""
+class ValidatedRecords(NamedTuple):
+    """The batches of one partition's produce data, all checked (a NamedTuple: one is made
+    for every partition of every Produce)."""
 
     data: bytes
     batches: list[tuple[int, BatchHeader]]  # (position in data, header)

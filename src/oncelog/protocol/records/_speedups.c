@@ -723,6 +723,60 @@ done:
     return out;
 }
 
+/* stamp_batch(data, base_offset, leader_epoch, header): (the batch's first HEADER_SIZE bytes
+ * with the broker-owned baseOffset and partitionLeaderEpoch set, the header with the same two
+ * fields replaced) for a leader's append, which writes the new head and the untouched rest
+ * of the batch (the CRC does not cover the two fields). */
+static PyObject *stamp_batch(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    long long base_offset;
+    int leader_epoch;
+    PyObject *header;
+    if (!PyArg_ParseTuple(args, "y*LiO", &view, &base_offset, &leader_epoch, &header))
+        return NULL;
+    PyObject *out = NULL;
+    if (view.len < HEADER_SIZE || !PyTuple_Check(header) || PyTuple_GET_SIZE(header) != 13 ||
+        Py_TYPE(header)->tp_basicsize != PyTuple_Type.tp_basicsize) {
+        PyErr_SetString(PyExc_ValueError, "a batch and its 13-field header");
+        goto done;
+    }
+    PyObject *head = PyBytes_FromStringAndSize(view.buf, HEADER_SIZE);
+    if (head == NULL)
+        goto done;
+    unsigned char *h = (unsigned char *)PyBytes_AS_STRING(head);
+    uint64_t offset = (uint64_t)base_offset;
+    for (int i = 7; i >= 0; i--) {
+        h[i] = (unsigned char)(offset & 0xFF);
+        offset >>= 8;
+    }
+    uint32_t epoch = (uint32_t)leader_epoch;
+    for (int i = 15; i >= 12; i--) {
+        h[i] = (unsigned char)(epoch & 0xFF);
+        epoch >>= 8;
+    }
+    PyTypeObject *cls = Py_TYPE(header);
+    PyObject *stored = cls->tp_alloc(cls, 13);
+    PyObject *offset_obj = stored == NULL ? NULL : PyLong_FromLongLong(base_offset);
+    PyObject *epoch_obj = offset_obj == NULL ? NULL : PyLong_FromLong(leader_epoch);
+    if (epoch_obj == NULL) {
+        Py_XDECREF(offset_obj);
+        Py_XDECREF(stored);
+        Py_DECREF(head);
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < 13; i++) {
+        PyObject *item = i == 0 ? offset_obj : i == 2 ? epoch_obj : Py_NewRef(PyTuple_GET_ITEM(header, i));
+        PyTuple_SET_ITEM(stored, i, item);
+    }
+    out = PyTuple_Pack(2, head, stored);
+    Py_DECREF(head);
+    Py_DECREF(stored);
+done:
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* -- read_produce: a Produce request body (v3-v11) as oncelog.protocol.fast_requests reads
  * it, in one call. Same rules as its Python `_Reader` (the fallback and the reference): only
  * what is plainly well formed is read; anything else returns None and kio decides. */
@@ -1255,6 +1309,9 @@ static PyMethodDef methods[] = {
     {"encode_produce_response", encode_produce_response, METH_VARARGS,
      "encode_produce_response(version, correlation_id, answer, answer_keys, partition_keys): "
      "the framed Produce response as bytes, or None for the Python encoder to write."},
+    {"stamp_batch", stamp_batch, METH_VARARGS,
+     "stamp_batch(data, base_offset, leader_epoch, header): (head with the two broker-owned "
+     "fields set, header with them replaced)."},
     {"walk_batches", walk_batches, METH_VARARGS,
      "walk_batches(buf, cls, start=0, end=-1): [(position, header)] of each complete batch."},
     {"parse_marker_at", parse_marker_at, METH_VARARGS,

@@ -28,3 +28,6 @@ def encode_produce_response(
     partition_keys: frozenset[str],
     /,
 ) -> bytes | None: ...
+def stamp_batch(
+    data: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int, header: T, /
+) -> tuple[bytes, T]: ...
