@@ -163,3 +163,29 @@ def test_segment_position_of_and_read(tmp_path: Path) -> None:
     assert segment.max_timestamp == T0 + 4
     assert segment.first_batch_timestamp == T0 + 1
     segment.close()
+
+
+def test_index_entries_gathered_while_a_worker_writes_them_out(tmp_path: Path) -> None:
+    """Checkpoints fsync the active segment from a worker thread while the loop appends."""
+    import threading
+
+    path = tmp_path / "x.index"
+    index = OffsetIndex(path, 0)
+    index.open()
+    done = threading.Event()
+
+    def flusher() -> None:
+        while not done.is_set():
+            index.write_pending()  # what a flush does before its fsync
+
+    worker = threading.Thread(target=flusher)
+    worker.start()
+    try:
+        for i in range(200_000):
+            index.append(i, i * 10)
+    finally:
+        done.set()
+        worker.join()
+    index.close()
+    reloaded = OffsetIndex(path, 0)
+    assert reloaded.load(log_size=10**9) and reloaded.entries == 200_000

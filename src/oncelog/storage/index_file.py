@@ -31,16 +31,20 @@ class IndexFile:
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
 
     def append(self, entry: bytes) -> None:
-        pending = self._pending
-        pending += entry
-        if len(pending) >= BLOCK:
-            self.write_pending()
+        # Under the lock too: a worker's write exports the buffer, which may then not grow.
+        with self._lock:
+            self._pending += entry
+            if len(self._pending) >= BLOCK:
+                self._write_locked()
 
     def write_pending(self) -> None:
         with self._lock:
-            if self._pending and self._fd >= 0:
-                os.write(self._fd, self._pending)
-                self._pending.clear()
+            self._write_locked()
+
+    def _write_locked(self) -> None:
+        if self._pending and self._fd >= 0:
+            os.write(self._fd, self._pending)
+            self._pending.clear()
 
     def truncate(self, size: int) -> None:
         """Keep the first `size` bytes of the index (pending ones included)."""
