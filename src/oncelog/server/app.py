@@ -492,12 +492,16 @@ class BrokerServer:
 
     async def _checkpoint(self) -> None:
         """The recovery-point checkpoint: partitions with new data are noted here, fsynced
-        and snapshotted in a worker thread, and their recovery points moved back here."""
+        and snapshotted in a worker thread, and their recovery points moved back here; then
+        the offset checkpoint files (recovery points, log starts, cleaner offsets, high
+        watermarks) are noted here and those that changed written in a worker."""
         logs = self.replicas.logs
+        loop = asyncio.get_running_loop()
         pending = logs.begin_checkpoints()
         if pending:
-            await asyncio.get_running_loop().run_in_executor(None, logs.write_checkpoints, pending)
+            await loop.run_in_executor(None, logs.write_checkpoints, pending)
         logs.finish_checkpoints(pending)
+        await loop.run_in_executor(None, logs.write_changed_files, logs.checkpoint_contents())
 
     async def _close_idle(self) -> None:
         now = self.clock.monotonic_ms()
