@@ -418,9 +418,13 @@ class BrokerServer:
                 log.exception("housekeeping job %s failed", getattr(job, "__name__", job))
 
     async def _retention(self) -> None:
-        deleted = self.replicas.apply_retention()
+        """Retention on the loop; the checkpoint files it changed in a worker."""
+        logs = self.replicas.logs
+        deleted = logs.apply_retention(checkpoint=False)
         if deleted:
             log.info("retention deleted %d segments", deleted)
+            files = logs.checkpoint_contents()
+            await asyncio.get_running_loop().run_in_executor(None, logs.write_changed_files, files)
 
     async def _flush(self) -> None:
         await self._flush_rolled()
