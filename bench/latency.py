@@ -17,7 +17,8 @@ Per case (target x rate):
   message minus the stamp in the message: CLOCK_MONOTONIC is one clock for every process of the
   machine;
 * reported: count, p50/p90/p99/p99.9/max, the producer's delivery-report latency, the
-  worst seconds, broker CPU, and — when the brokers run with the loop monitor
+  worst seconds, broker CPU, the producer process's CPU (librdkafka's threads included:
+  it shares the cores), and — when the brokers run with the loop monitor
   (``ONCELOG_LOOP_MONITOR``, `oncelog.server.loop_monitor`; on unless ``--no-monitor``) —
   each broker's event-loop lag, loop stalls with the stack that held the loop, and GC pauses
   per generation, of the case's time window; the worst messages are listed with the broker
@@ -504,7 +505,7 @@ def print_run(r: dict[str, Any]) -> None:
         f"p99 {fmt(ack['p99'], 2)} | producer late p99 {fmt(r['producer_late_ms']['p99'], 2)} "
         f"max {fmt(r['producer_late_ms']['max'], 1)} | >5ms {r['over_ms']['5']} "
         f">10ms {r['over_ms']['10']} | broker cores {r['broker_cpu_cores']} "
-        f"| load {r['load'][0]}→{r['load'][1]}",
+        f"producer cores {r.get('client_cpu_cores', '-')} | load {r['load'][0]}→{r['load'][1]}",
         flush=True,
     )
     if r["errors"] or r["dups"] or r["count"] != r["sent"]:
