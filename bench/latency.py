@@ -17,7 +17,8 @@ Per case (target x rate):
   message minus the stamp in the message: CLOCK_MONOTONIC is one clock for every process of the
   machine;
 * reported: count, p50/p90/p99/p99.9/max, the producer's delivery-report latency, the
-  worst seconds, broker CPU, and — when the brokers run with the loop monitor
+  worst seconds, broker CPU, the producer process's CPU (librdkafka's threads included:
+  it shares the cores), and — when the brokers run with the loop monitor
   (``ONCELOG_LOOP_MONITOR``, `oncelog.server.loop_monitor`; on unless ``--no-monitor``) —
   each broker's event-loop lag, loop stalls with the stack that held the loop, and GC pauses
   per generation, of the case's time window; the worst messages are listed with the broker
@@ -93,6 +94,7 @@ def producer_main(spec: dict[str, Any]) -> None:
             "compression.type": "none",
             "message.timeout.ms": 60_000,
             "on_delivery": on_delivery,
+            **spec.get("settings", {}),
         }
     )
     pad = os.urandom(max(0, size - STAMP.size))
@@ -414,7 +416,8 @@ def run_case(target: cr.Target, name: str, rate: float, rnd: int, args: argparse
     producer = spawn(
         "producer",
         {**common, "rate": rate, "size": args.size, "linger_ms": args.linger_ms,
-         "warmup": args.warmup, "duration": args.duration},
+         "warmup": args.warmup, "duration": args.duration,
+         "settings": dict(kv.split("=", 1) for kv in args.producer_setting)},
     )  # fmt: skip
     answer(producer, 60, "producer")
     pids = target.broker_pids()
@@ -504,7 +507,7 @@ def print_run(r: dict[str, Any]) -> None:
         f"p99 {fmt(ack['p99'], 2)} | producer late p99 {fmt(r['producer_late_ms']['p99'], 2)} "
         f"max {fmt(r['producer_late_ms']['max'], 1)} | >5ms {r['over_ms']['5']} "
         f">10ms {r['over_ms']['10']} | broker cores {r['broker_cpu_cores']} "
-        f"| load {r['load'][0]}→{r['load'][1]}",
+        f"producer cores {r.get('client_cpu_cores', '-')} | load {r['load'][0]}→{r['load'][1]}",
         flush=True,
     )
     if r["errors"] or r["dups"] or r["count"] != r["sent"]:
@@ -577,6 +580,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=1800, help="limit of the whole run, s")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
                    help="broker setting (on top of Kafka's replica defaults)")  # fmt: skip
+    p.add_argument("--producer-setting", action="append", default=[], metavar="KEY=VALUE",
+                   help="extra librdkafka producer setting (experiments)")  # fmt: skip
     p.add_argument("--oncelog-rev", help="brokers and test harness from `git archive REV`")
     p.add_argument("--no-monitor", action="store_true",
                    help="no ONCELOG_LOOP_MONITOR in the brokers (no lag, stall, GC figures)")
@@ -617,7 +622,8 @@ def main(argv: list[str]) -> int:
         f"{args.size} B, {args.partitions} partitions, acks=all, idempotent, "
         f"linger.ms={args.linger_ms:g}; consumer poll(), fetch.min.bytes=1, "
         f"fetch.wait.max.ms={args.fetch_wait_ms}, fetch.queue.backoff.ms=0; "
-        f"{args.warmup:g} s warm-up + {args.duration:g} s per case",
+        f"{args.warmup:g} s warm-up + {args.duration:g} s per case"
+        + (f"; producer {args.producer_setting}" if args.producer_setting else ""),
         flush=True,
     )
     results: list[dict[str, Any]] = []

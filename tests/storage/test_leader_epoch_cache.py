@@ -240,3 +240,90 @@ def test_a_failed_write_leaves_the_entries_as_they_were(tmp_path: Path) -> None:
     with pytest.raises(OSError):
         cache.assign(1, 5)
     assert pairs(cache) == [(0, 0)]
+
+
+# -- background writes after truncations (Kafka's truncateFrom*AsyncFlush) ----------------------
+
+
+class BackgroundHeld:
+    """Keeps the background writer busy until released: what it writes, and when, is then
+    up to the test."""
+
+    def __enter__(self) -> BackgroundHeld:
+        import threading
+
+        from oncelog.storage import leader_epoch_cache
+
+        self.release = threading.Event()
+        self.done = leader_epoch_cache._background().submit(self.release.wait, 10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release.set()
+        self.done.result()
+
+
+def file_text(directory: Path) -> str:
+    return (directory / CHECKPOINT_FILE).read_text()
+
+
+def test_a_truncation_is_written_in_the_background(tmp_path: Path) -> None:
+    cache = cache_of((0, 0), (1, 10), (2, 20), directory=tmp_path)
+    with BackgroundHeld():
+        assert cache.truncate_from_end(15, flush=False)
+        cache.flush_soon()
+        assert cache.truncate_from_start(5, flush=False)
+        cache.flush_soon()  # the write already queued covers it
+        assert file_text(tmp_path) == "0\n3\n0 0\n1 10\n2 20\n"  # not yet
+    cache.wait_for_writes()
+    assert file_text(tmp_path) == "0\n2\n0 5\n1 10\n"
+
+
+def test_a_background_write_never_takes_the_file_back(tmp_path: Path) -> None:
+    """A new entry is written at once; the truncation's queued write, made later, writes
+    the entries of its own moment, which include the new entry."""
+    cache = cache_of((0, 0), (1, 10), (2, 20), directory=tmp_path)
+    with BackgroundHeld():
+        cache.truncate_from_end(15, flush=False)
+        cache.flush_soon()
+        cache.assign(3, 15)  # synchronous: before the data of epoch 3
+        assert file_text(tmp_path) == "0\n3\n0 0\n1 10\n3 15\n"
+    cache.wait_for_writes()
+    assert file_text(tmp_path) == "0\n3\n0 0\n1 10\n3 15\n"
+
+
+def test_a_closed_cache_drops_its_queued_write(tmp_path: Path) -> None:
+    """A deleted or reloaded partition's old cache must not write over the file later."""
+    cache = cache_of((0, 0), (1, 10), directory=tmp_path)
+    with BackgroundHeld():
+        cache.truncate_from_end(10, flush=False)
+        cache.flush_soon()
+        cache.close()
+        (tmp_path / CHECKPOINT_FILE).write_text("0\n1\n7 0\n")  # the next owner's
+    cache.wait_for_writes()
+    assert file_text(tmp_path) == "0\n1\n7 0\n"
+    cache.flush_soon()  # closed: nothing is queued any more
+    cache.wait_for_writes()
+    assert file_text(tmp_path) == "0\n1\n7 0\n"
+
+
+def test_a_clean_close_writes_the_queued_truncation_now(tmp_path: Path) -> None:
+    cache = cache_of((0, 0), (1, 10), directory=tmp_path)
+    with BackgroundHeld():
+        cache.truncate_from_end(10, flush=False)
+        cache.flush_soon()
+        cache.close(flush=True)
+        assert file_text(tmp_path) == "0\n1\n0 0\n"
+
+
+def test_a_deleted_directory_is_not_written(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    cache = cache_of((0, 0), (1, 10), directory=directory)
+    with BackgroundHeld():
+        cache.truncate_from_end(10, flush=False)
+        cache.flush_soon()
+        (directory / CHECKPOINT_FILE).unlink()
+        directory.rmdir()
+    cache.wait_for_writes()
+    assert not directory.exists()

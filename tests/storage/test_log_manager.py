@@ -269,3 +269,40 @@ def test_recreated_topic_does_not_inherit_a_stray_directory(tmp_path: Path) -> N
     assert plog is not None and plog.log_end_offset == 1
     assert batch_offsets(read_all(plog)) == [(0, 0)]
     manager.shutdown()
+
+
+def test_retention_without_checkpoint_leaves_the_files_to_the_caller(tmp_path: Path) -> None:
+    """The broker's retention pass writes the files in a worker: noted, then written."""
+    config = LogConfig(segment_bytes=CONFIG.segment_bytes, retention_bytes=0)
+    manager = LogManager([tmp_path], ManualClock(T0))
+    manager.startup(lambda _: config)
+    plog = manager.create(A0, config)
+    for _ in range(7):
+        append(plog, [b"v" * 10])
+    manager.checkpoint()
+    assert manager.apply_retention(checkpoint=False) == 2
+    assert read_offset_checkpoint(tmp_path / LOG_START_FILE) == {A0: 0}
+    manager.write_changed_files(manager.checkpoint_contents())
+    assert read_offset_checkpoint(tmp_path / LOG_START_FILE) == {A0: 6}
+    manager.shutdown()
+
+
+def test_a_stale_log_start_file_after_retention_loads_from_the_first_segment(
+    tmp_path: Path,
+) -> None:
+    """A crash between retention and the file's write: the log starts at its first segment."""
+    config = LogConfig(segment_bytes=CONFIG.segment_bytes, retention_bytes=0)
+    manager = LogManager([tmp_path], ManualClock(T0))
+    manager.startup(lambda _: config)
+    plog = manager.create(A0, config)
+    for _ in range(7):
+        append(plog, [b"v" * 10])
+    manager.checkpoint()
+    assert manager.apply_retention(checkpoint=False) == 2
+    for _, p in manager.partitions():
+        p.close(flush=False)  # as a SIGKILL leaves it: no shutdown, no checkpoint
+    again = LogManager([tmp_path], ManualClock(T0))
+    again.startup(lambda _: config)
+    reloaded = again.get(A0)
+    assert reloaded is not None and reloaded.log_start_offset == 6
+    again.shutdown()

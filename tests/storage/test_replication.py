@@ -318,6 +318,7 @@ def test_a_diverged_follower_truncates_to_the_leaders_epoch_end(
     assert follower.log_end_offset == end
     assert follower.latest_leader_epoch == 1
     last = follower.leader_epoch_cache.entries[-1]
+    follower.leader_epoch_cache.wait_for_writes()  # a truncation's write is in the background
     assert (follower.directory / CHECKPOINT_FILE).read_text().endswith(f"1 {last.start_offset}\n")
     catch_up(follower, leader, random.Random(3))
     assert_same_replica(follower, leader)
@@ -524,6 +525,7 @@ def test_a_lost_epoch_checkpoint_is_rebuilt_from_the_batches(
     path.unlink()
     again = open_at(tmp_path / "leader", clock, SMALL, clean=False)
     assert again.leader_epoch_cache.entries == expected
+    again.leader_epoch_cache.wait_for_writes()  # the rebuilt file is written in the background
     assert path.read_text() == "0\n4\n" + "".join(f"{e.epoch} {e.start_offset}\n" for e in expected)
     again.close()
     path.write_text("0\n9\ngarbage\n")
@@ -553,7 +555,35 @@ def test_stale_entries_in_the_checkpoint_are_trimmed_at_load(
     (plog.directory / CHECKPOINT_FILE).write_text("0\n3\n0 0\n2 1\n6 9\n")
     again = open_at(tmp_path, clock)
     assert again.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(2, 1)]
+    again.leader_epoch_cache.wait_for_writes()  # the trimmed file is written in the background
     assert (plog.directory / CHECKPOINT_FILE).read_text() == "0\n2\n0 0\n2 1\n"
+
+
+def test_a_truncation_whose_epoch_write_was_lost_in_a_crash_loads_right(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A truncation's leader-epoch-checkpoint write happens in the background: a SIGKILL
+    before it leaves the old entries in the file, and the load trims them against the log;
+    a new epoch's entry, written at once before its data, survives."""
+    from tests.storage.test_leader_epoch_cache import BackgroundHeld
+
+    plog = open_at(tmp_path, clock)
+    for epoch in (0, 0, 2, 2, 5, 5):
+        plog.append(validated(make_batch([b"v"])), epoch)
+    assert [e.epoch for e in plog.leader_epoch_cache.entries] == [0, 2, 5]
+    with BackgroundHeld():
+        plog.truncate_to(3)  # drops epoch 5's entry; its write waits
+        plog.close(flush=False)  # as a SIGKILL leaves it: the queued write never happens
+        assert "5 4" in (plog.directory / CHECKPOINT_FILE).read_text()
+    again = open_at(tmp_path, clock, clean=False)
+    assert again.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(2, 2)]
+    with BackgroundHeld():
+        again.truncate_to(2)
+        again.append(validated(make_batch([b"w"])), 7)  # epoch 7 from 2: written at once
+        again.close(flush=False)
+    third = open_at(tmp_path, clock, clean=False)
+    assert third.leader_epoch_cache.entries == [EpochEntry(0, 0), EpochEntry(7, 2)]
+    third.close()
 
 
 def test_a_gap_beyond_the_index_range_of_an_empty_segment(

@@ -158,6 +158,8 @@ class BrokerServer:
             self.txns.send_markers = self._send_markers
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
+        self._expiry_timer: asyncio.TimerHandle | None = None
+        self._expiry_at = 0
         self.connections: set[Connection] = set()
         self._server: asyncio.Server | None = None
         self._servers: list[asyncio.Server] = []
@@ -332,12 +334,30 @@ class BrokerServer:
 
     def _watch(self, op: Delayed) -> None:
         self.purgatory.watch(op)
-        delay = max(0.0, (op.deadline_ms - self.clock.monotonic_ms()) / 1000)
-        asyncio.get_running_loop().call_later(delay, self._expire)
+        self._schedule_expiry(op.deadline_ms)
+
+    def _schedule_expiry(self, deadline_ms: int) -> None:
+        """One timer, for the purgatory's earliest deadline (a sooner one replaces it). Not
+        a timer per waiting request: an acks=all Produce's 30 s timer outlived its request by
+        seconds, and thousands of them (with their handles) aged into the oldest GC
+        generation (issue 15)."""
+        if self._expiry_timer is not None:
+            if self._expiry_at <= deadline_ms:
+                return
+            self._expiry_timer.cancel()
+        delay = max(0.0, (deadline_ms - self.clock.monotonic_ms()) / 1000)
+        self._expiry_at = deadline_ms
+        self._expiry_timer = asyncio.get_running_loop().call_later(delay, self._expire)
 
     def _expire(self) -> None:
-        for op, response in self.purgatory.expire(self.clock.monotonic_ms()):
-            _complete(op, response)
+        self._expiry_timer = None
+        try:
+            for op, response in self.purgatory.expire(self.clock.monotonic_ms()):
+                _complete(op, response)
+        finally:
+            deadline = self.purgatory.next_deadline()
+            if deadline is not None:
+                self._schedule_expiry(deadline)
 
     def _on_append(self, keys: Sequence[Hashable]) -> None:
         """Wake the operations watching `keys` on the loop's next turn, not in the middle of
@@ -398,9 +418,13 @@ class BrokerServer:
                 log.exception("housekeeping job %s failed", getattr(job, "__name__", job))
 
     async def _retention(self) -> None:
-        deleted = self.replicas.apply_retention()
+        """Retention on the loop; the checkpoint files it changed in a worker."""
+        logs = self.replicas.logs
+        deleted = logs.apply_retention(checkpoint=False)
         if deleted:
             log.info("retention deleted %d segments", deleted)
+            files = logs.checkpoint_contents()
+            await asyncio.get_running_loop().run_in_executor(None, logs.write_changed_files, files)
 
     async def _flush(self) -> None:
         await self._flush_rolled()
@@ -472,12 +496,16 @@ class BrokerServer:
 
     async def _checkpoint(self) -> None:
         """The recovery-point checkpoint: partitions with new data are noted here, fsynced
-        and snapshotted in a worker thread, and their recovery points moved back here."""
+        and snapshotted in a worker thread, and their recovery points moved back here; then
+        the offset checkpoint files (recovery points, log starts, cleaner offsets, high
+        watermarks) are noted here and those that changed written in a worker."""
         logs = self.replicas.logs
+        loop = asyncio.get_running_loop()
         pending = logs.begin_checkpoints()
         if pending:
-            await asyncio.get_running_loop().run_in_executor(None, logs.write_checkpoints, pending)
+            await loop.run_in_executor(None, logs.write_checkpoints, pending)
         logs.finish_checkpoints(pending)
+        await loop.run_in_executor(None, logs.write_changed_files, logs.checkpoint_contents())
 
     async def _close_idle(self) -> None:
         now = self.clock.monotonic_ms()
@@ -521,6 +549,8 @@ class BrokerServer:
             self._roll_flush.cancel()
         if self._group_timer is not None:
             self._group_timer.cancel()
+        if self._expiry_timer is not None:
+            self._expiry_timer.cancel()
         for conn in list(self.connections):
             conn.abort()
         self._stop_cleaner()

@@ -12,6 +12,15 @@ entries change; it is tiny and changes only when the leadership does, when the l
 truncated or its start moves. A missing or malformed file loads as an empty cache with
 `needs_rebuild` set: the owner rebuilds it from the partition leader epochs of its batches.
 
+When it is written, as Kafka's `LeaderEpochFileCache` (KAFKA-15046): a new entry (`assign`)
+before the data of its epoch, on the caller's thread (data without its entry is not
+harmless: a stale file lacking it would answer OffsetForLeaderEpoch wrongly after a crash);
+a truncation (`flush_soon`) by a background thread, off the event loop, since a file that
+still holds entries a truncation removed is harmless: a load drops entries beyond the log end
+or below its start. Writers take turns under a lock and each writes the entries of its
+moment, so the file never goes back to older entries; a closed cache (its partition deleted
+or reloaded) writes nothing more.
+
 Semantics follow Kafka's `LeaderEpochFileCache`:
 
 - `assign(epoch, start)` ignores an epoch older than the latest one and the latest epoch
@@ -28,6 +37,8 @@ from __future__ import annotations
 
 import bisect
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import NamedTuple
 
@@ -39,6 +50,19 @@ log = logging.getLogger(__name__)
 CHECKPOINT_FILE = "leader-epoch-checkpoint"
 UNDEFINED_EPOCH = -1
 UNDEFINED_EPOCH_OFFSET = -1
+
+
+_writer: ThreadPoolExecutor | None = None
+_writer_lock = threading.Lock()
+
+
+def _background() -> ThreadPoolExecutor:
+    """The one thread that writes truncated caches' files (started on first use)."""
+    global _writer
+    with _writer_lock:
+        if _writer is None:
+            _writer = ThreadPoolExecutor(1, thread_name_prefix="leader-epoch-checkpoint")
+        return _writer
 
 
 class EpochEntry(NamedTuple):
@@ -53,6 +77,10 @@ class LeaderEpochCache:
         self._entries: list[EpochEntry] = list(entries or [])
         self.needs_rebuild = False
         """Set by `load` when the file was missing or malformed."""
+        self._file_lock = threading.Lock()
+        """Writers of the file (the owner's thread, the background one) take turns."""
+        self._write_queued = False
+        self._closed = False
 
     # -- persistence -------------------------------------------------------------------------
 
@@ -86,9 +114,45 @@ class LeaderEpochCache:
         return cache
 
     def flush(self) -> None:
-        """Write the entries to the checkpoint file (atomically)."""
-        if self.path is not None:
-            write_atomically(self.path, format_checkpoint(self._entries).encode("ascii"))
+        """Write the entries to the checkpoint file (atomically), now."""
+        with self._file_lock:
+            if self.path is not None:
+                write_atomically(self.path, format_checkpoint(self._entries).encode("ascii"))
+
+    def flush_soon(self) -> None:
+        """Write the file in the background (after a truncation, not after `assign`: see
+        the module's docstring). One queued write covers every change made before it runs."""
+        if self.path is None or self._closed or self._write_queued:
+            return
+        self._write_queued = True
+        _background().submit(self._write_queued_entries)
+
+    def _write_queued_entries(self) -> None:
+        with self._file_lock:
+            # Cleared before the entries are read: a change made after this queues another.
+            self._write_queued = False
+            path = self.path
+            if path is None or self._closed or not path.parent.is_dir():
+                return  # deleted meanwhile (Kafka's writeIfDirExists)
+            entries = list(self._entries)
+            try:
+                write_atomically(path, format_checkpoint(entries).encode("ascii"))
+            except OSError as exc:
+                log.warning("%s: writing leader-epoch-checkpoint failed: %s", path, exc)
+
+    def close(self, *, flush: bool = False) -> None:
+        """No more background writes (a queued one is dropped: the partition is deleted, or
+        reloaded by a new cache on the same file); with `flush`, the queued one is made now
+        (a clean shutdown)."""
+        with self._file_lock:
+            if flush and self._write_queued and self.path is not None and not self._closed:
+                write_atomically(self.path, format_checkpoint(self._entries).encode("ascii"))
+            self._closed = True
+            self._write_queued = False
+
+    def wait_for_writes(self) -> None:
+        """Return once the background writes queued so far are done (tests)."""
+        _background().submit(_nothing).result()
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -219,6 +283,10 @@ class LeaderEpochCache:
 
     def __repr__(self) -> str:
         return f"LeaderEpochCache({self._entries!r})"
+
+
+def _nothing() -> None:
+    return None
 
 
 def format_checkpoint(entries: list[EpochEntry]) -> str:

@@ -274,9 +274,14 @@ class LogManager:
     def partitions(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))
 
-    def apply_retention(self) -> int:
+    def apply_retention(self, *, checkpoint: bool = True) -> int:
+        """Delete segments past retention; return how many went. With `checkpoint`, the
+        checkpoint files follow at once; the broker passes False and writes them in a worker
+        (two fsyncs a file on its event loop otherwise): a log-start file left behind by a
+        crash is harmless, a load starts a log at its first segment at the earliest, as
+        Kafka writes that file from its scheduler, not from the retention pass."""
         deleted = sum(plog.apply_retention() for _, plog in self.partitions())
-        if deleted:
+        if deleted and checkpoint:
             self.checkpoint()
         return deleted
 

@@ -323,12 +323,10 @@ class PartitionLog:
         return entries
 
     def _flush_epochs(self) -> None:
-        """Write the epoch file; a failure is logged, not raised: the next change writes the
-        whole list again, and a load trims stale entries against the log."""
-        try:
-            self.leader_epoch_cache.flush()
-        except OSError as exc:
-            log.warning("%s: writing leader-epoch-checkpoint failed: %s", self.tp, exc)
+        """Write the epoch file after a truncation or a load's trim, in the background (off
+        the event loop, as Kafka's truncateFrom*AsyncFlush): a file still holding removed
+        entries is harmless, a load trims them against the log; a failure is logged."""
+        self.leader_epoch_cache.flush_soon()
 
     def _new_segment(self, base_offset: int) -> LogSegment:
         segment = LogSegment(self.directory, base_offset, self.config.index_interval_bytes)
@@ -891,7 +889,10 @@ class PartitionLog:
         self._unflushed_messages = 0
         self.cleaner_checkpoint = offset  # nothing above it was cleaned
         self.leader_epoch_cache.clear(flush=False)
-        self._flush_epochs()
+        try:  # now, as Kafka's clearAndFlush: no entry of the old log may outlive it
+            self.leader_epoch_cache.flush()
+        except OSError as exc:
+            log.warning("%s: writing leader-epoch-checkpoint failed: %s", self.tp, exc)
         if self._replicated:
             self._high_watermark = offset
         log.info("%s: truncated fully, the log starts again at offset %d", self.tp, offset)
@@ -1386,10 +1387,12 @@ class PartitionLog:
         if flush:
             self.flush()
             self.producer_state.take_snapshot(self.directory)
+        self.leader_epoch_cache.close(flush=flush)
         for segment in self.segments:
             segment.close()
 
     def delete(self) -> None:
+        self.leader_epoch_cache.close()
         with self._snapshot_lock:
             self._generation += 1
         self.producer_state.clear()
