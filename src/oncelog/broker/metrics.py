@@ -163,7 +163,12 @@ class BrokerMetrics:
         Fetch's bytes out per topic (`follower`: a replica's fetch)."""
         self.record_request(api_key, started)
         name = self._per_api.by_key[api_key].name
-        codes = _produce_error_codes(answer) if api_key == ApiKey.PRODUCE else _error_codes(answer)
+        if api_key == ApiKey.PRODUCE:
+            codes = _produce_error_codes(answer)
+        elif api_key == ApiKey.FETCH:
+            codes = _fetch_error_codes(answer)
+        else:
+            codes = _error_codes(answer)
         for code in codes:
             self._errors.labels(name, error_label(code)).inc()
         if api_key == ApiKey.FETCH:
@@ -297,6 +302,16 @@ def _produce_error_codes(answer: Mapping[str, Any]) -> list[int]:
         for partition in topic["partition_responses"]
         if partition["error_code"]
     ]
+
+
+def _fetch_error_codes(answer: Mapping[str, Any]) -> list[int]:
+    """`_error_codes` of a Fetch answer: the top-level code and each partition's."""
+    found = [int(answer["error_code"])] if answer.get("error_code") else []
+    for topic in answer.get("responses") or ():
+        for partition in topic.get("partitions") or ():
+            if partition.get("error_code"):
+                found.append(int(partition["error_code"]))
+    return found
 
 
 def _error_codes(answer: Mapping[str, Any]) -> list[int]:
