@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from oncelog.protocol.records.batch import iter_batches
@@ -189,3 +190,42 @@ def test_index_entries_gathered_while_a_worker_writes_them_out(tmp_path: Path) -
     index.close()
     reloaded = OffsetIndex(path, 0)
     assert reloaded.load(log_size=10**9) and reloaded.entries == 200_000
+
+
+def test_a_tail_read_finds_its_batch_without_reading_headers(tmp_path: Path) -> None:
+    """Batches appended since the last index entry are remembered: a caught-up reader's
+    lookup reads nothing; older ones, gaps and truncation still answer as the files do."""
+    segment = LogSegment(tmp_path, 0, index_interval_bytes=10_000)
+    segment.open()
+    offset = 0
+    for count in (1, 3, 1, 2):
+        raw = make_batch([b"v" * 10] * count, base_offset=offset)
+        header = next(iter_batches(raw))[1]
+        segment.append([raw], [(0, header)])
+        offset += count + 2  # a gap after each batch, as a compacted leader's log has
+    reads = 0
+    real_pread = os.pread
+
+    def counting_pread(fd: int, n: int, pos: int) -> bytes:
+        nonlocal reads
+        reads += 1
+        return real_pread(fd, n, pos)
+
+    expected = {}
+    for o in range(offset + 2):
+        found = None
+        for pos, h in iter_batches(real_pread(segment._fd, segment.size, 0)):
+            if h.last_offset >= o:
+                found = (pos, h.base_offset)
+                break
+        expected[o] = found
+    os.pread = counting_pread  # type: ignore[assignment]
+    try:
+        got = {o: segment._batch_at(o) for o in range(offset + 2)}
+    finally:
+        os.pread = real_pread  # type: ignore[assignment]
+    assert {o: (g[0], g[1].base_offset) if g else None for o, g in got.items()} == expected
+    assert reads == 0
+    segment.truncate_to(3)  # the second batch and after go
+    assert segment._batch_at(3) is None and segment._batch_at(0) is not None
+    segment.close()

@@ -6,6 +6,7 @@ headers (never records) to find positions, so reads and writes cost per batch, n
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import os
 from collections.abc import Iterator, Sequence
@@ -45,6 +46,8 @@ _IOV_MAX = 1024
 #: Reads this large are answered as a FileRegion (sent with sendfile); smaller ones are
 #: copied, which costs less than the extra system calls of sending a region.
 REGION_MIN_BYTES = 32 * 1024
+#: At most this many batches since the last index entry are remembered (`_recent`).
+_RECENT_MAX = 256
 
 
 def segment_name(base_offset: int) -> str:
@@ -77,6 +80,11 @@ class LogSegment:
         self.created_ms = -1  # set by the owning log; time roll falls back to it
         self._bytes_since_index = 0
         self._fd = -1
+        self._recent: list[tuple[int, BatchHeader]] = []
+        """(position, header) of the batches appended since the last index entry, in order
+        and up to the segment's end: a reader at the tail (a consumer or follower caught up)
+        finds its batch here instead of reading headers forward from the index entry."""
+        self._recent_offsets: list[int] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -117,6 +125,7 @@ class LogSegment:
         self.txn_index.truncate_from(result.next_offset)
         self.first_batch_timestamp = self._first_timestamp()
         self.write_indexes()
+        self._forget_recent()  # the scan's batches may have been cut after it
         return result
 
     def write_indexes(self) -> None:
@@ -260,6 +269,7 @@ class LogSegment:
             self.index.truncate_to_position(start)
             self.time_index.truncate_to_offset(headers[0][1].base_offset)
             self.max_timestamp, self._bytes_since_index = saved
+            self._forget_recent()
             raise
         self.size += total
         if self.first_batch_timestamp < 0 and headers:
@@ -276,12 +286,24 @@ class LogSegment:
             self.index.append(header.base_offset, position)
             self.time_index.maybe_append(self.max_timestamp, header.base_offset)
             self._bytes_since_index = 0
+            self._recent = [(position, header)]
+            self._recent_offsets = [header.base_offset]
+        elif len(self._recent) < _RECENT_MAX:
+            self._recent.append((position, header))
+            self._recent_offsets.append(header.base_offset)
+        else:  # a huge index interval: not worth remembering
+            self._forget_recent()
+
+    def _forget_recent(self) -> None:
+        self._recent = []
+        self._recent_offsets = []
 
     def truncate_to(self, offset: int) -> None:
         """Remove every batch at or after `offset` (whole batches only)."""
         position = self.position_of(offset)
         if position is None:
             return
+        self._forget_recent()
         os.ftruncate(self._fd, position)
         self.size = position
         self.index.truncate_to_position(position)
@@ -301,7 +323,15 @@ class LogSegment:
         return None if found is None else found[0]
 
     def _batch_at(self, offset: int) -> tuple[int, BatchHeader] | None:
-        """(position, header) of the batch containing `offset`, None past this segment."""
+        """(position, header) of the batch containing `offset` (or the first after it, past
+        a gap), None past this segment."""
+        recent = self._recent_offsets
+        if recent and offset >= recent[0]:
+            i = bisect.bisect_right(recent, offset) - 1
+            found = self._recent[i]
+            if found[1].last_offset >= offset:
+                return found
+            return self._recent[i + 1] if i + 1 < len(recent) else None
         pos = self.index.lookup(offset)
         while pos + HEADER_SIZE <= self.size:
             header = parse_header(os.pread(self._fd, HEADER_SIZE, pos))
