@@ -534,12 +534,16 @@ class ReplicaManager:
         if replica_id not in leader.followers:
             raise NotLeaderOrFollower(f"broker {replica_id} is not a replica of {tp}")
         plog = replica.log
-        result = plog.read(
-            fetch_offset, max_bytes, plog.log_end_offset, for_follower=True, regions=True
-        )
-        leader.on_follower_fetch(
-            replica_id, fetch_offset, plog.log_end_offset, self.clock.monotonic_ms()
-        )
+        end = plog.log_end_offset
+        if fetch_offset == end and end >= plog.log_start_offset:
+            # Caught up (a long poll parking, or its position after an append): nothing to
+            # read, the answer is the offsets `read` would give.
+            result = ReadResult(
+                b"", plog.high_watermark, plog.log_start_offset, end, plog.last_stable_offset
+            )
+        else:
+            result = plog.read(fetch_offset, max_bytes, end, for_follower=True, regions=True)
+        leader.on_follower_fetch(replica_id, fetch_offset, end, self.clock.monotonic_ms())
         if replica.maybe_advance_high_watermark():
             self.notify_appended([tp])
         expanded = leader.isr_to_expand(replica_id, plog.high_watermark)

@@ -5,8 +5,12 @@ consumer at most the broker's `fetch.max.bytes`); each gets at most `partition_m
 except that the first non-empty partition always returns at least one whole batch so a batch
 larger than the limits cannot block a consumer.
 If fewer than `min_bytes` are ready, the request waits in the purgatory until an append to
-one of its partitions or `max_wait_ms`. Fetch sessions (KIP-227) are not offered: the
-response carries session id 0, which tells clients to send full fetch requests.
+one of its partitions or `max_wait_ms`. A woken wait first checks, without reading, whether any
+of its partitions has something new past its fetch offset (or changed leadership) and only
+then reads again, as Kafka's DelayedFetch does: an acks=all produce wakes the followers'
+parked fetches on every high-watermark move, which is not new data for them. Fetch sessions
+(KIP-227) are not offered: the response carries session id 0, which tells clients to send full
+fetch requests.
 
 A fetch with `replica_id` >= 0 is a follower's, in a cluster only: it reads past the high
 watermark up to the leader's log end, and tells the leader how far the follower got (which
@@ -16,7 +20,7 @@ it is refused per partition (NOT_LEADER_OR_FOLLOWER); on a single node, whole.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
@@ -24,6 +28,11 @@ from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
+
+if TYPE_CHECKING:
+    from oncelog.broker.partition import Partition
+    from oncelog.replication.leader import LeaderState
+    from oncelog.storage.partition_log import PartitionLog
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
@@ -45,7 +54,70 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     ready = attempt(False)
     if ready is not None:
         return ready
-    return Delayed(attempt, ctx.broker.clock.monotonic_ms() + max_wait, tps)
+    waiting = _Waiting(ctx, request)
+
+    def woken(force: bool) -> dict[str, Any] | None:
+        if not force and not waiting.changed():
+            return None
+        answer = attempt(force)
+        if answer is None:
+            waiting.note()
+        return answer
+
+    return Delayed(woken, ctx.broker.clock.monotonic_ms() + max_wait, tps)
+
+
+class _Waiting:
+    """What a parked fetch's partitions looked like when it last read them, to tell cheaply
+    whether a wake-up can change its answer: a readable end that moved (the log end for a
+    follower, the high watermark or last stable offset for a consumer), a log start that
+    moved, or a log or leadership that is no longer the one it read from."""
+
+    __slots__ = ("committed", "follower", "parts", "replicas", "seen")
+
+    def __init__(self, ctx: RequestContext, request: Any) -> None:
+        replicas = ctx.broker.replicas
+        self.replicas = replicas
+        self.follower = request.replica_id >= 0
+        self.committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
+        self.parts: list[tuple[TopicPartition, Partition | None, LeaderState | None, int]] = []
+        for topic in request.topics:
+            for p in topic.partitions:
+                tp = TopicPartition(topic.topic, p.partition)
+                replica = replicas.replicas_by_tp.get(tp) if replicas.clustered else None
+                leader = replica.leader if replica is not None else None
+                epoch = replica.leader_epoch if replica is not None else -1
+                self.parts.append((tp, replica, leader, epoch))
+        self.seen: list[tuple[PartitionLog | None, int, int]] = []
+        self.note()
+
+    def _state(self) -> list[tuple[PartitionLog | None, int, int]]:
+        logs = self.replicas.logs
+        out: list[tuple[PartitionLog | None, int, int]] = []
+        for tp, _, _, _ in self.parts:
+            plog = logs.get(tp)
+            if plog is None:
+                out.append((None, -1, -1))
+            elif self.follower:
+                out.append((plog, plog.log_end_offset, plog.log_start_offset))
+            elif self.committed:
+                out.append((plog, plog.last_stable_offset, plog.log_start_offset))
+            else:
+                out.append((plog, plog.high_watermark, plog.log_start_offset))
+        return out
+
+    def note(self) -> None:
+        self.seen = self._state()
+
+    def changed(self) -> bool:
+        for tp, replica, leader, epoch in self.parts:
+            if replica is not None and (
+                replica.leader is not leader or replica.leader_epoch != epoch
+            ):
+                return True
+            if replica is None and self.replicas.replicas_by_tp.get(tp) is not None:
+                return True
+        return self._state() != self.seen
 
 
 def _unauthorized(ctx: RequestContext, request: Any) -> dict[str, ErrorCode]:
