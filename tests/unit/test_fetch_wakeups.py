@@ -68,9 +68,9 @@ def counting_reads(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list[int]
     replicas = broker.replicas
     real = replicas.follower_fetch
 
-    def follower_fetch(replica_id: int, *args: Any) -> Any:
+    def follower_fetch(replica_id: int, *args: Any, **kwargs: Any) -> Any:
         reads.append(replica_id)
-        return real(replica_id, *args)
+        return real(replica_id, *args, **kwargs)
 
     monkeypatch.setattr(replicas, "follower_fetch", follower_fetch)
     return reads
@@ -161,3 +161,28 @@ def test_the_expiry_still_answers_a_parked_fetch(broker: Broker) -> None:
     response = parked.delayed.try_complete(True)
     part = answer(broker, parked, response)
     assert part.error_code == ErrorCode.none and len(part.records) == 0
+
+
+def test_the_high_watermark_follows_a_leader_alone_in_the_isr(broker: Broker) -> None:
+    """A follower outside the ISR fetching moves the HW to the leader's end (the skip of the
+    HW scan is for ISR members at or below it only)."""
+    broker.replicas.apply_partition_state(TP, _state(1, 0, isr=(1,)))
+    append(broker, 3)  # written without a produce: nothing advanced the HW yet
+    plog = broker.replicas.partition(TP)
+    assert plog.high_watermark == 0
+    fetch(broker, 0, replica_id=2)
+    assert plog.high_watermark == 3
+
+
+def test_an_isr_member_below_the_high_watermark_does_not_move_it(broker: Broker) -> None:
+    append(broker, 3)
+    fetch(broker, 3, replica_id=2)
+    fetch(broker, 3, replica_id=3)
+    plog = broker.replicas.partition(TP)
+    assert plog.high_watermark == 3
+    append(broker, 2)
+    fetch(broker, 3, replica_id=2)  # a re-read at its old position: the HW stays
+    assert plog.high_watermark == 3
+    fetch(broker, 5, replica_id=2)
+    fetch(broker, 5, replica_id=3)
+    assert plog.high_watermark == 5
