@@ -172,7 +172,7 @@ def test_damaged_answers_go_to_kio(answer: dict[str, Any], version: int, data: A
     try:
         expected = _kio(version, frame, 0)
     except Exception:
-        raise AssertionError("the hand reader took an answer kio refuses") from None
+        raise AssertionError(f"the hand reader took an answer kio refuses: {frame!r}") from None
     assert _fields(fast, version) == _fields(expected, version)
 
 
@@ -210,3 +210,18 @@ def test_tagged_fields_go_to_kio(tagged: dict[str, Any]) -> None:
 def test_versions_outside_4_to_12_go_to_kio() -> None:
     assert decode_fetch_response(3, b"\x00" * 64, 0) is None
     assert decode_fetch_response(13, b"\x00" * 64, 0) is None
+
+
+def test_an_unknown_error_code_goes_to_kio() -> None:
+    """kio refuses an error code it does not know; so does the hand reader (it leaves it)."""
+    for version in (7, 12):
+        frame = bytearray(
+            encode_entity(
+                build(
+                    response_class(FETCH, version),
+                    {"throttle_time": 0, "error_code": 0, "session_id": 0, "responses": []},
+                )
+            )
+        )
+        frame[4:6] = (256).to_bytes(2, "big")
+        assert decode_fetch_response(version, bytes(frame), 0) is None

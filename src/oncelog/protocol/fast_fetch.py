@@ -7,8 +7,9 @@ the append. `encode_follower_fetch` writes FetchRequest v12 with struct; `decode
 reads FetchResponse v4-v12 and gives `records` as read-only views of the frame, which the
 follower's log stores as they are. The reader takes only what is plainly well formed and
 carries nothing unusual: a tagged field (diverging epoch, current leader, snapshot id), a
-length past the end, a negative length other than null return None, and the caller uses kio,
-which decodes it all or raises. `tests/property/test_fast_fetch.py` holds both to kio.
+length past the end, a negative length other than null, an error code kio does not know return
+None, and the caller uses kio, which decodes it all or raises. `tests/property/
+test_fast_fetch.py` holds both to kio.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from __future__ import annotations
 import struct
 from collections.abc import Sequence
 from typing import NamedTuple
+
+from oncelog.errors import ErrorCode
 
 FETCH = 1
 FOLLOWER_FETCH_VERSION = 12
@@ -30,6 +33,8 @@ _PART_HEAD_V5 = struct.Struct(">ihqqq")  # the same and the log start offset
 _Q = struct.Struct(">q")
 _QQ = struct.Struct(">qq")
 _THROTTLE_ERROR_SESSION = struct.Struct(">ihi")
+#: Error codes kio knows: another one goes to kio, which refuses it.
+_KNOWN_ERRORS = frozenset(int(code) for code in ErrorCode)
 
 
 class FollowerFetchPartition(NamedTuple):
@@ -147,6 +152,8 @@ class _Reader:
         if self.version >= 7:
             throttle, error, session = _THROTTLE_ERROR_SESSION.unpack_from(view, self.pos)
             self.pos += _THROTTLE_ERROR_SESSION.size
+            if error not in _KNOWN_ERRORS:
+                raise _Unusual(f"error code {error}")
         else:
             (throttle,) = _I32.unpack_from(view, self.pos)
             self.pos += 4
@@ -170,6 +177,8 @@ class _Reader:
         pos = self.pos
         index, error, hw, lso, start = _PART_HEAD_V5.unpack_from(view, pos)
         pos += _PART_HEAD_V5.size
+        if error and error not in _KNOWN_ERRORS:
+            raise _Unusual(f"error code {error}")
         aborted: tuple[AbortedTransaction, ...] | None = None
         if view[pos] == 0:  # null: the common case
             self.pos = pos + 1
@@ -205,6 +214,8 @@ class _Reader:
         view = self.view
         index, error, hw, lso = _PART_HEAD.unpack_from(view, self.pos)
         self.pos += _PART_HEAD.size
+        if error not in _KNOWN_ERRORS:
+            raise _Unusual(f"error code {error}")
         start = -1
         if self.version >= 5:
             (start,) = _Q.unpack_from(view, self.pos)
