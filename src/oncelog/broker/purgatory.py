@@ -60,15 +60,21 @@ class Purgatory:
     def on_append(self, keys: Iterable[Hashable]) -> list[tuple[Delayed, Any]]:
         """Try to complete operations watching any of `keys` (partitions that grew, or other
         keys such as a group whose waiters were filled); return those that completed."""
-        out: list[tuple[Delayed, Any]] = []
+        # Each operation is tried once however many of `keys` it watches (a fetch of six
+        # partitions that all grew is one try, not six).
+        ops: dict[Delayed, None] = {}
         for key in keys:
-            for op in list(self._watchers.get(key, ())):
-                if op.done:
-                    continue
-                response = op.try_complete(False)
-                if response is not None:
-                    self._finish(op)
-                    out.append((op, response))
+            watchers = self._watchers.get(key)
+            if watchers:
+                ops.update(dict.fromkeys(watchers))
+        out: list[tuple[Delayed, Any]] = []
+        for op in ops:
+            if op.done:
+                continue
+            response = op.try_complete(False)
+            if response is not None:
+                self._finish(op)
+                out.append((op, response))
         return out
 
     def expire(self, now_ms: int) -> list[tuple[Delayed, Any]]:

@@ -526,26 +526,38 @@ class ReplicaManager:
         fetch_offset: int,
         current_leader_epoch: int,
         max_bytes: int,
+        now_ms: int | None = None,
     ) -> ReadResult:
         """A follower's fetch: read past the high watermark, note the follower's position,
-        then move the high watermark and maybe propose the follower back into the ISR."""
-        replica = self.cluster_partition(tp)
+        then move the high watermark and maybe propose the follower back into the ISR.
+        `now_ms`: the request's time (one clock read for all its partitions)."""
+        replica = self.replicas_by_tp.get(tp) or self.cluster_partition(tp)
         leader = replica.check_leader(current_leader_epoch)
         if replica_id not in leader.followers:
             raise NotLeaderOrFollower(f"broker {replica_id} is not a replica of {tp}")
         plog = replica.log
-        result = plog.read(
-            fetch_offset, max_bytes, plog.log_end_offset, for_follower=True, regions=True
-        )
-        leader.on_follower_fetch(
-            replica_id, fetch_offset, plog.log_end_offset, self.clock.monotonic_ms()
-        )
-        if replica.maybe_advance_high_watermark():
+        end = plog.log_end_offset
+        if fetch_offset == end and end >= plog.log_start_offset:
+            # Caught up (a long poll parking, or its position after an append): nothing to
+            # read, the answer is the offsets `read` would give.
+            result = ReadResult(
+                b"", plog.high_watermark, plog.log_start_offset, end, plog.last_stable_offset
+            )
+        else:
+            result = plog.read(fetch_offset, max_bytes, end, for_follower=True, regions=True)
+        if now_ms is None:
+            now_ms = self.clock.monotonic_ms()
+        leader.on_follower_fetch(replica_id, fetch_offset, end, now_ms)
+        # The HW is the smallest end over the maximal ISR: with this member at or below it,
+        # it cannot move (a re-read after an append, say); skip the scan.
+        below = fetch_offset <= plog.high_watermark and replica_id in leader.maximal_isr
+        if not below and replica.maybe_advance_high_watermark():
             self.notify_appended([tp])
-        expanded = leader.isr_to_expand(replica_id, plog.high_watermark)
-        if expanded is not None:
-            leader.isr_proposed(expanded)
-            self.isr_change_listener(replica, expanded)
+        if replica_id not in leader.isr:
+            expanded = leader.isr_to_expand(replica_id, plog.high_watermark)
+            if expanded is not None:
+                leader.isr_proposed(expanded)
+                self.isr_change_listener(replica, expanded)
         return result
 
     def maybe_shrink_isr(self) -> None:

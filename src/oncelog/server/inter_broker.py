@@ -123,11 +123,22 @@ class BrokerChannel:
         self, api_key: int, version: int, body: Mapping[str, Any], timeout_s: float | None = None
     ) -> Any:
         """Send one request and return the decoded response; PeerUnavailable on any failure."""
+        payload = encode_entity(build(request_class(api_key, version), body))
+        frame, pos = await self.call_raw(api_key, version, payload, timeout_s)
+        entity, _ = _response_reader(api_key, version)(frame, pos)
+        return entity
+
+    async def call_raw(
+        self, api_key: int, version: int, payload: bytes, timeout_s: float | None = None
+    ) -> tuple[bytes, int]:
+        """Send one request whose body is already encoded; return the response frame and
+        where its body starts, for a caller that reads it itself (the replica fetcher)."""
         async with self._lock:
             try:
-                return await asyncio.wait_for(
-                    self._call(api_key, version, body), timeout_s or self.timeout_s
-                )
+                # A timeout scope, not wait_for: no task per call (a follower makes one call
+                # per replication round).
+                async with asyncio.timeout(timeout_s or self.timeout_s):
+                    return await self._call(api_key, version, payload)
             except (
                 OSError, EOFError, TimeoutError, asyncio.IncompleteReadError, SaslFailed
             ) as exc:  # fmt: skip
@@ -139,7 +150,7 @@ class BrokerChannel:
                 self.close()
                 raise
 
-    async def _call(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+    async def _call(self, api_key: int, version: int, payload: bytes) -> tuple[bytes, int]:
         if self._writer is None:
             context = self.security.ssl_context if self.security is not None else None
             self._reader, self._writer = await asyncio.open_connection(
@@ -147,7 +158,7 @@ class BrokerChannel:
             )
             if self.security is not None and self.security.mechanism is not None:
                 await self._authenticate(self.security)
-        return await self._request(api_key, version, body)
+        return await self._exchange(api_key, version, payload)
 
     async def _authenticate(self, security: ChannelSecurity) -> None:
         """SaslHandshake v1, then SaslAuthenticate v2 rounds (SaslFailed on a refusal)."""
@@ -170,14 +181,19 @@ class BrokerChannel:
         return bytes(answer.auth_bytes)
 
     async def _request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
+        payload = encode_entity(build(request_class(api_key, version), body))
+        frame, pos = await self._exchange(api_key, version, payload)
+        entity, _ = _response_reader(api_key, version)(frame, pos)
+        return entity
+
+    async def _exchange(self, api_key: int, version: int, payload: bytes) -> tuple[bytes, int]:
         assert self._reader is not None and self._writer is not None
         self._correlation += 1
         flexible = is_flexible(api_key, version)
         client_id = self.client_id
         header = struct.pack(">hhih", api_key, version, self._correlation, len(client_id))
         header += client_id + (b"\x00" if flexible else b"")
-        payload = header + encode_entity(build(request_class(api_key, version), body))
-        self._writer.write(struct.pack(">i", len(payload)) + payload)
+        self._writer.write(struct.pack(">i", len(header) + len(payload)) + header + payload)
         await self._writer.drain()
         (size,) = struct.unpack(">i", await self._reader.readexactly(4))
         if not 4 <= size <= MAX_RESPONSE_BYTES:
@@ -186,9 +202,7 @@ class BrokerChannel:
         (correlation,) = struct.unpack_from(">i", frame, 0)
         if correlation != self._correlation:
             raise EOFError(f"correlation id {correlation}, expected {self._correlation}")
-        pos = 4 + (1 if flexible and api_key != API_VERSIONS_KEY else 0)
-        entity, _ = _response_reader(api_key, version)(frame, pos)
-        return entity
+        return frame, 4 + (1 if flexible and api_key != API_VERSIONS_KEY else 0)
 
     def close(self) -> None:
         if self._writer is not None:

@@ -19,13 +19,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable
 from typing import Any
 
+from kio.serial import entity_reader
+
 from oncelog.broker.partition import Partition, Role
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.protocol.codec import response_class
+from oncelog.protocol.fast_fetch import (
+    FOLLOWER_FETCH_VERSION,
+    FollowerFetchPartition,
+    decode_fetch_response,
+    encode_follower_fetch,
+)
 from oncelog.protocol.registry import ApiKey
 from oncelog.replication.follower import FollowerPhase, follower_high_watermark, truncation_offset
 from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
@@ -33,7 +43,7 @@ from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-FETCH_VERSION = 12
+FETCH_VERSION = FOLLOWER_FETCH_VERSION
 STOP_TIMEOUT_S = 5.0
 OFFSET_FOR_LEADER_EPOCH_VERSION = 4
 
@@ -203,45 +213,37 @@ class ReplicaFetcher:
                 follower.move(FollowerPhase.FETCHING)
 
     async def _fetch(self, channel: BrokerChannel, replicas: list[Partition]) -> None:
-        by_topic: dict[str, list[dict[str, Any]]] = {}
+        by_topic: dict[str, list[FollowerFetchPartition]] = {}
         asked: dict[TopicPartition, tuple[Partition, int, int]] = {}
         for r in replicas:
             assert r.follower is not None
-            offset = r.log.log_end_offset
-            asked[r.tp] = (r, r.follower.leader_epoch, offset)
+            plog = r.log
+            offset = plog.log_end_offset
+            epoch = r.follower.leader_epoch
+            asked[r.tp] = (r, epoch, offset)
             by_topic.setdefault(r.tp.topic, []).append(
-                {
-                    "partition": r.tp.partition,
-                    "current_leader_epoch": r.follower.leader_epoch,
-                    "fetch_offset": offset,
-                    "last_fetched_epoch": -1,
-                    "log_start_offset": r.log.log_start_offset,
-                    "partition_max_bytes": self.partition_max_bytes,
-                }
+                FollowerFetchPartition(
+                    r.tp.partition, epoch, offset, plog.log_start_offset, self.partition_max_bytes
+                )
             )
-        body = {
-            "replica_id": self.node_id,
-            "max_wait": self.wait_ms,
-            "min_bytes": self.min_bytes,
-            "max_bytes": self.max_bytes,
-            "isolation_level": 0,
-            "session_id": 0,
-            "session_epoch": -1,
-            "topics": [{"topic": t, "partitions": ps} for t, ps in by_topic.items()],
-            "forgotten_topics_data": [],
-            "rack_id": "",
-        }
-        response = await channel.call(
-            ApiKey.FETCH, FETCH_VERSION, body, self.timeout_s + self.wait_ms / 1000
+        request = encode_follower_fetch(
+            self.node_id, self.wait_ms, self.min_bytes, self.max_bytes, list(by_topic.items())
         )
+        frame, pos = await channel.call_raw(
+            ApiKey.FETCH, FETCH_VERSION, request, self.timeout_s + self.wait_ms / 1000
+        )
+        # By hand, records as views of the frame; kio for anything unusual (tagged fields).
+        response: Any = decode_fetch_response(FETCH_VERSION, frame, pos)
+        if response is None:
+            response, _ = _fetch_response_reader()(frame, pos)
         if response.error_code != ErrorCode.none:
             for r in replicas:
                 self._park(r, response.error_code)
             return
         for topic in response.responses:
+            name = topic.topic
             for p in topic.partitions:
-                tp = TopicPartition(topic.topic, p.partition_index)
-                entry = asked.get(tp)
+                entry = asked.get(TopicPartition(name, p.partition_index))
                 if entry is None:
                     continue
                 replica, epoch, offset = entry
@@ -253,29 +255,35 @@ class ReplicaFetcher:
                 self._fetched(replica, p)
 
     def _fetched(self, replica: Partition, p: Any) -> None:
-        if p.error_code == ErrorCode.offset_out_of_range:
-            self._out_of_range(replica, p)
-            return
-        if p.error_code != ErrorCode.none:
-            self._park(replica, p.error_code)
+        code = p.error_code
+        if code:
+            if code == ErrorCode.offset_out_of_range:
+                self._out_of_range(replica, p)
+            else:
+                self._park(replica, code)
             return
         plog = replica.log
-        records = p.records or b""
-        try:
-            if records:
+        records = p.records
+        if records:
+            try:
                 stored = plog.append_as_follower(records)
-                self.replicas.replicated(replica.tp.topic, stored.valid_bytes)
-        except (KafkaError, OSError) as exc:
-            log.error("%s: cannot append what leader sent: %s; truncating again", replica.tp, exc)
-            assert replica.follower is not None
-            replica.follower.new_leader(replica.follower.leader_id, replica.follower.leader_epoch)
-            return
+            except (KafkaError, OSError) as exc:
+                log.error(
+                    "%s: cannot append what leader sent: %s; truncating again", replica.tp, exc
+                )
+                assert replica.follower is not None
+                follower = replica.follower
+                follower.new_leader(follower.leader_id, follower.leader_epoch)
+                return
+            self.replicas.replicated(replica.tp.topic, stored.valid_bytes)
         plog.set_high_watermark(follower_high_watermark(p.high_watermark, plog.log_end_offset))
         # The leader's log start (DeleteRecords, retention) is the follower's too, as in
         # Kafka's fetcher; never past our high watermark (the rest comes with later fetches).
-        start = min(p.log_start_offset, plog.high_watermark)
+        start = p.log_start_offset
         if start > plog.log_start_offset:
-            plog.delete_records_before(start)
+            start = min(start, plog.high_watermark)
+            if start > plog.log_start_offset:
+                plog.delete_records_before(start)
 
     def _out_of_range(self, replica: Partition, p: Any) -> None:
         """Our end is outside the leader's log: below its start (retention moved on), we start
@@ -307,6 +315,11 @@ class ReplicaFetcher:
             follower.move(FollowerPhase.WAITING)
         else:
             follower.new_leader(follower.leader_id, follower.leader_epoch)
+
+
+@functools.cache
+def _fetch_response_reader() -> Any:
+    return entity_reader(response_class(ApiKey.FETCH, FETCH_VERSION))
 
 
 def _raise_if_cancelling() -> None:

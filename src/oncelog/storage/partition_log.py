@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
+from crc32c import crc32c
+
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.errors import CorruptMessage, InvalidRecord, OffsetOutOfRange
@@ -40,12 +42,13 @@ from oncelog.producer_state.manager import (
 )
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import (
+    CONTROL_FLAG,
+    CRC_START,
     CURRENT_MAGIC,
     HEADER_SIZE,
     LOG_OVERHEAD,
     MIN_BATCH_LENGTH,
     BatchHeader,
-    compute_crc,
     iter_batches,
     parse_header,
     peek_prefix,
@@ -98,10 +101,9 @@ class AppendInfo(NamedTuple):
     duplicate: bool = False
 
 
-@dataclass(frozen=True, slots=True)
-class FollowerAppendInfo:
+class FollowerAppendInfo(NamedTuple):
     """What `append_as_follower` stored: offsets -1 and no batches when `data` held no
-    complete batch."""
+    complete batch. A named tuple: one is made per partition of every replica fetch."""
 
     first_offset: int
     last_offset: int
@@ -726,11 +728,68 @@ class PartitionLog:
         and the leader epoch cache from their partition leader epochs.
         """
         view = memoryview(data)
-        batches, markers, valid = self._check_follower_batches(view)
+        batches, markers, valid, records, max_timestamp = self._check_follower_batches(view)
         if not batches:
             return FollowerAppendInfo(-1, -1, 0, 0)
+        n = len(batches)
+        first = batches[0][1]
+        last = batches[-1][1]
+        if not self._one_follower_write(first, last, n, valid, max_timestamp):
+            self._follower_runs(view, batches, markers)
+        else:
+            # The common case: everything goes into the active segment in one write.
+            latest = self.leader_epoch_cache.latest_epoch
+            for _, header in batches:
+                if header.partition_leader_epoch > latest:
+                    self._assign_epoch(header.partition_leader_epoch, header.base_offset)
+                    latest = self.leader_epoch_cache.latest_epoch
+            self.active.append([view[:valid]], batches)
+            headers = [h for _, h in batches]
+            if markers:
+                self._replay_appended(headers, markers)
+            else:
+                self.producer_state.replay(headers)
+        self.producer_state.map_end_offset = self.log_end_offset
+        self._unflushed_messages += records
+        if self._unflushed_messages >= self.config.flush_messages:
+            self.flush()
+        return FollowerAppendInfo(
+            first.base_offset, last.base_offset + last.last_offset_delta, n, valid, records
+        )
+
+    def _one_follower_write(
+        self, first: BatchHeader, last: BatchHeader, n: int, size: int, max_timestamp: int
+    ) -> bool:
+        """Whether all of a follower append goes into the active segment without a roll: the
+        roll rule is monotonic in size, timestamp, end offset and index entries, so if the
+        whole append does not make the segment roll, no batch of it alone would (checked
+        batch by batch otherwise, `_follower_run`)."""
+        seg = self.active
+        if seg.size > 0:
+            rolling_ts = self._rolling_timestamp(seg)
+        elif first.base_offset + first.last_offset_delta - seg.base_offset > INT32_MAX:
+            return False  # an empty segment far below the batch: replaced first
+        elif n == 1:
+            return True  # the first batch of an empty segment never rolls it
+        else:
+            rolling_ts = first.max_timestamp
+        return not self._roll_due(
+            seg,
+            seg.size + size,
+            rolling_ts,
+            max_timestamp,
+            last.base_offset + last.last_offset_delta + 1,
+            seg.index.entries + n - 1,
+        )
+
+    def _follower_runs(
+        self,
+        view: memoryview,
+        batches: list[tuple[int, BatchHeader]],
+        markers: dict[int, tuple[bool, int]],
+    ) -> None:
+        """Write a follower append run by run, rolling between them as the leader did."""
         i, n = 0, len(batches)
-        records = 0
         while i < n:
             j = self._follower_run(batches, i)
             run = batches[i:j]
@@ -740,21 +799,15 @@ class PartitionLog:
                 self._assign_epoch(header.partition_leader_epoch, header.base_offset)
             self.active.append([view[start : start + size]], [(p - start, h) for p, h in run])
             self._replay_appended([h for _, h in run], markers)
-            records += sum(h.record_count for _, h in run)
             i = j
-        self.producer_state.map_end_offset = self.log_end_offset
-        self._unflushed_messages += records
-        if self._unflushed_messages >= self.config.flush_messages:
-            self.flush()
-        return FollowerAppendInfo(
-            batches[0][1].base_offset, batches[-1][1].last_offset, n, valid, records
-        )
 
     def _check_follower_batches(
         self, view: memoryview
-    ) -> tuple[list[tuple[int, BatchHeader]], dict[int, tuple[bool, int]], int]:
+    ) -> tuple[list[tuple[int, BatchHeader]], dict[int, tuple[bool, int]], int, int, int]:
         """(position, header) of each complete batch, the markers of the control batches by
-        offset, and the bytes they span; raise for the first invalid one."""
+        offset, the bytes they span, their records and their largest max timestamp; raise for
+        the first invalid one. One pass without per-batch helper calls: it runs on every
+        batch a follower stores."""
         batches = list(iter_batches(view))
         valid = batches[-1][0] + batches[-1][1].size if batches else 0
         rest = len(view) - valid
@@ -765,42 +818,47 @@ class PartitionLog:
             )
         markers: dict[int, tuple[bool, int]] = {}
         next_offset = self.log_end_offset
+        records = 0
+        max_timestamp = -1
         for k, (pos, header) in enumerate(batches):
+            base = header.base_offset
             if header.magic != CURRENT_MAGIC:
-                raise CorruptMessage(f"{self.tp}: batch at offset {header.base_offset} has "
-                                     f"magic v{header.magic}")
-            if compute_crc(view, pos, header.size) != header.crc:
+                raise CorruptMessage(f"{self.tp}: batch at offset {base} has magic v{header.magic}")
+            end = pos + header.batch_length + LOG_OVERHEAD
+            if crc32c(view[pos + CRC_START : end]) != header.crc:
                 raise CorruptMessage(
-                    f"{self.tp}: CRC32C mismatch in the batch at offset {header.base_offset} "
+                    f"{self.tp}: CRC32C mismatch in the batch at offset {base} "
                     f"(byte {pos}) of a follower append"
                 )
-            if header.last_offset_delta < 0 or header.record_count < 0:
+            delta = header.last_offset_delta
+            if delta < 0 or header.record_count < 0:
                 raise InvalidRecord(
-                    f"{self.tp}: batch at offset {header.base_offset} has lastOffsetDelta "
-                    f"{header.last_offset_delta}, {header.record_count} records"
+                    f"{self.tp}: batch at offset {base} has lastOffsetDelta "
+                    f"{delta}, {header.record_count} records"
                 )
-            if header.base_offset < next_offset:
+            if base < next_offset:
                 if k == 0:
                     raise UnexpectedAppendOffset(
-                        f"{self.tp}: follower append starts at offset {header.base_offset}, "
+                        f"{self.tp}: follower append starts at offset {base}, "
                         f"below the log end {next_offset} (log start {self.log_start_offset})",
-                        header.base_offset,
+                        base,
                         batches[-1][1].last_offset,
                     )
                 raise InvalidRecord(
                     f"{self.tp}: offsets out of order in a follower append: batch at "
-                    f"{header.base_offset} follows one ending at {next_offset - 1}"
+                    f"{base} follows one ending at {next_offset - 1}"
                 )
-            if header.is_control and header.has_producer_id:
+            if header.attributes & CONTROL_FLAG and header.producer_id >= 0:
                 marker = parse_marker_at(view, pos)
                 if marker is None:
                     raise InvalidRecord(
-                        f"{self.tp}: control batch at offset {header.base_offset} is not a "
-                        "transaction marker"
+                        f"{self.tp}: control batch at offset {base} is not a transaction marker"
                     )
-                markers[header.base_offset] = marker
-            next_offset = header.next_offset
-        return batches, markers, valid
+                markers[base] = marker
+            next_offset = base + delta + 1
+            records += header.record_count
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+        return batches, markers, valid, records, max_timestamp
 
     def _follower_run(self, batches: list[tuple[int, BatchHeader]], i: int) -> int:
         """Roll if the batch at `i` does not fit the active segment, then return the end of

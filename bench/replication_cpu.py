@@ -1,0 +1,387 @@
+"""CPU of the replication path per request, counted in instructions (issue 15).
+
+Wall-clock benchmarks on this 2-core machine are noisy; callgrind's instruction counts are
+not. Each step below runs in-process on a temporary directory, the measured part inside
+`operator.call`, so that
+
+    valgrind --tool=callgrind --collect-atstart=no --toggle-collect='_operator_call*' \
+        python bench/replication_cpu.py STEP
+
+counts only it (divide by `--rounds`; the script prints the divisor). Without valgrind the
+script reports wall time per round and, with `--profile FILE`, writes a cProfile of the
+measured part.
+
+Steps (6 partitions, one idempotent 100-record batch of 100 B values per partition):
+
+- `follower`: a follower's fetch round: the Fetch request is encoded and "sent", the leader's
+  answer (a prepared frame, 6 batches) is read, decoded and appended
+  (`ReplicaFetcher._fetch`), the socket replaced by in-memory fakes.
+- `leader-fetch`: the leader's side: two followers' fetches parked in the purgatory are woken
+  by an append and answered (6 batches each); each follower then fetches at the new end,
+  which moves the high watermark and completes the waiting acks=all Produce (its answer is
+  encoded). The Produce's own handling (the append) is not counted: `leader-produce` is.
+- `leader-produce`: the acks=all Produce of the same round alone.
+
+The harness touches `BrokerChannel._reader`/`_writer` and builds the broker services as
+`tests/unit/metrics_broker.py` does, so it runs on older commits (`PYTHONPATH` of a
+`git archive`) to compare before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import operator
+import struct
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Hashable
+from pathlib import Path
+from typing import Any
+
+from oncelog.broker.context import BrokerContext, Node
+from oncelog.broker.dispatcher import Dispatcher, Pending, Reply
+from oncelog.broker.group_runtime import GroupRuntime
+from oncelog.broker.partition import ReplicaView
+from oncelog.broker.purgatory import Purgatory
+from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.txn_runtime import TxnRuntime
+from oncelog.clock import ManualClock
+from oncelog.config import BrokerConfig
+from oncelog.protocol.codec import build, encode_entity, request_class
+from oncelog.protocol.fast_responses import encode_response_body
+from oncelog.protocol.records.batch import build_batch
+from oncelog.protocol.records.record import encode_record
+from oncelog.replication.follower import FollowerPhase
+from oncelog.server.inter_broker import BrokerChannel
+from oncelog.server.replica_fetcher import ReplicaFetcher
+from oncelog.types import TopicPartition
+
+TOPIC = "bench"
+PARTITIONS = 6
+RECORDS = 100
+VALUE = 100
+PID = 1000
+FETCH_V = 12
+PRODUCE_V = 9
+
+_BODY = b"".join(
+    encode_record(offset_delta=i, key=None, value=bytes([65 + i % 26]) * VALUE)
+    for i in range(RECORDS)
+)
+
+
+def batch(base_offset: int, seq: int, leader_epoch: int = 0) -> bytes:
+    return build_batch(
+        base_offset=base_offset,
+        records=_BODY,
+        record_count=RECORDS,
+        last_offset_delta=RECORDS - 1,
+        base_timestamp=1_700_000_000_000,
+        max_timestamp=1_700_000_000_000,
+        producer_id=PID,
+        producer_epoch=0,
+        base_sequence=seq,
+        partition_leader_epoch=leader_epoch,
+    )
+
+
+def cluster_config(root: Path, node_id: int) -> BrokerConfig:
+    return BrokerConfig(
+        {
+            "log.dirs": str(root),
+            "etcd.connect": "http://127.0.0.1:1",  # never contacted: clustered mode only
+            "node.id": str(node_id),
+        }
+    )
+
+
+def _state() -> ReplicaView:
+    return ReplicaView(1, 0, (1, 2, 3), 0, (1, 2, 3), 1)
+
+
+# -- follower -----------------------------------------------------------------------------------
+
+
+class _FakeWriter:
+    def write(self, data: bytes) -> None:
+        pass
+
+    async def drain(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class _FakeReader:
+    """Answers each request with the next prepared Fetch response body."""
+
+    def __init__(self, channel: BrokerChannel) -> None:
+        self.channel = channel
+        self.bodies: list[bytes] = []
+        self._frame = b""
+
+    async def readexactly(self, n: int) -> bytes:
+        if n == 4 and not self._frame:
+            body = self.bodies.pop(0)
+            self._frame = struct.pack(">i", self.channel._correlation) + b"\x00" + body
+            return struct.pack(">i", len(self._frame))
+        frame, self._frame = self._frame, b""
+        assert len(frame) == n
+        return frame
+
+
+def fetch_response_body(offsets: list[int], round_: int) -> bytes:
+    parts = [
+        {
+            "partition_index": p,
+            "error_code": 0,
+            "high_watermark": offsets[p],
+            "last_stable_offset": offsets[p],
+            "log_start_offset": 0,
+            "aborted_transactions": None,
+            "preferred_read_replica": -1,
+            "records": batch(offsets[p], round_ * RECORDS),
+        }
+        for p in range(PARTITIONS)
+    ]
+    answer = {
+        "throttle_time": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [{"topic": TOPIC, "partitions": parts}],
+    }
+    pieces = encode_response_body(1, FETCH_V, answer)
+    assert pieces is not None
+    return b"".join(bytes(p) for p in pieces)  # type: ignore[arg-type]
+
+
+def follower_step(
+    root: Path, rounds: int, warmup: int
+) -> tuple[Callable[[], Any], Callable[[], None]]:
+    replicas = ReplicaManager(cluster_config(root, 2), ManualClock())
+    replicas.startup()
+    replicas.apply_topic(TOPIC, uuid.uuid4(), ((1, 2, 3),) * PARTITIONS, {}, False)
+    parts = []
+    for p in range(PARTITIONS):
+        tp = TopicPartition(TOPIC, p)
+        replicas.apply_partition_state(tp, _state())
+        replica = replicas.replicas_by_tp[tp]
+        assert replica.follower is not None
+        replica.follower.move(FollowerPhase.FETCHING)
+        parts.append(replica)
+    fetcher = ReplicaFetcher(replicas, lambda _id: ("127.0.0.1", 1))
+    channel = BrokerChannel(1, "127.0.0.1", 1, 30.0, "bench-fetcher")
+    reader = _FakeReader(channel)
+    channel._reader = reader  # type: ignore[assignment]
+    channel._writer = _FakeWriter()  # type: ignore[assignment]
+    for r in range(warmup + rounds):
+        reader.bodies.append(fetch_response_body([r * RECORDS] * PARTITIONS, r))
+    loop = asyncio.new_event_loop()
+
+    async def run(n: int) -> None:
+        for _ in range(n):
+            await fetcher._fetch(channel, parts)
+
+    loop.run_until_complete(run(warmup))
+
+    def measured() -> None:
+        loop.run_until_complete(run(rounds))
+
+    def check() -> None:
+        ends = {r.log.log_end_offset for r in parts}
+        assert ends == {(warmup + rounds) * RECORDS}, ends
+        loop.close()
+        replicas.shutdown()
+
+    return measured, check
+
+
+# -- leader ---------------------------------------------------------------------------------------
+
+
+class _Leader:
+    """Broker 1's services (as the server builds them), leading the 6 partitions."""
+
+    def __init__(self, root: Path) -> None:
+        self.clock = ManualClock()
+        config = cluster_config(root, 1)
+        self.replicas = ReplicaManager(config, self.clock)
+        self.replicas.startup()
+        groups = GroupRuntime(config, self.clock, self.replicas)
+        txns = TxnRuntime(config, self.clock, self.replicas)
+        self.replicas.txn_verifier = txns.verify
+        groups.startup()
+        txns.startup()
+        self.replicas.producer_ids.add_block(PID, 1000)
+        self.replicas.apply_topic(TOPIC, uuid.uuid4(), ((1, 2, 3),) * PARTITIONS, {}, False)
+        for p in range(PARTITIONS):
+            self.replicas.apply_partition_state(TopicPartition(TOPIC, p), _state())
+        context = BrokerContext(
+            config, self.clock, self.replicas, Node(1, "127.0.0.1", 9092), groups, txns
+        )
+        self.dispatcher = Dispatcher(context)
+        self.purgatory = Purgatory()
+        self.to_wake: set[Hashable] = set()
+        self.replicas.append_listener = self.to_wake.update
+        self.finish: dict[int, Callable[[Any], Any]] = {}
+        self.correlation = 0
+        self.answers = 0
+
+    def frame(self, api_key: int, version: int, body: dict[str, Any]) -> bytes:
+        self.correlation += 1
+        client = b"bench"
+        header = struct.pack(">hhih", api_key, version, self.correlation, len(client)) + client
+        return header + b"\x00" + encode_entity(build(request_class(api_key, version), body))
+
+    def fetch_frame(self, replica_id: int, offset: int) -> bytes:
+        partitions = [
+            {
+                "partition": p,
+                "current_leader_epoch": 0,
+                "fetch_offset": offset,
+                "last_fetched_epoch": -1,
+                "log_start_offset": 0,
+                "partition_max_bytes": 1048576,
+            }
+            for p in range(PARTITIONS)
+        ]
+        return self.frame(
+            1,
+            FETCH_V,
+            {
+                "replica_id": replica_id,
+                "max_wait": 500,
+                "min_bytes": 1,
+                "max_bytes": 10485760,
+                "isolation_level": 0,
+                "session_id": 0,
+                "session_epoch": -1,
+                "topics": [{"topic": TOPIC, "partitions": partitions}],
+                "forgotten_topics_data": [],
+                "rack_id": "",
+            },
+        )
+
+    def produce_frame(self, round_: int) -> bytes:
+        partitions = [
+            {"index": p, "records": batch(0, round_ * RECORDS)} for p in range(PARTITIONS)
+        ]
+        return self.frame(
+            0,
+            PRODUCE_V,
+            {
+                "transactional_id": None,
+                "acks": -1,
+                "timeout": 30000,
+                "topic_data": [{"name": TOPIC, "partition_data": partitions}],
+            },
+        )
+
+    def dispatch(self, frame: bytes) -> None:
+        outcome = self.dispatcher.dispatch(frame, "conn")
+        if isinstance(outcome, Reply):
+            self.answers += 1
+            return
+        assert isinstance(outcome, Pending), outcome
+        self.purgatory.watch(outcome.delayed)
+        self.finish[id(outcome.delayed)] = outcome.finish
+
+    def wake(self) -> None:
+        """The server's `_wake_pending`: complete what the appends / HW moves released."""
+        keys, self.to_wake = list(self.to_wake), set()
+        self.replicas.append_listener = self.to_wake.update
+        for op, response in self.purgatory.on_append(keys):
+            self.finish.pop(id(op))(response)
+            self.answers += 1
+
+
+def leader_steps(
+    root: Path, rounds: int, warmup: int, which: str
+) -> tuple[Callable[[], Any], Callable[[], None]]:
+    leader = _Leader(root)
+    # Followers parked at the log end, as in steady state.
+    leader.dispatch(leader.fetch_frame(2, 0))
+    leader.dispatch(leader.fetch_frame(3, 0))
+    produces = [leader.produce_frame(r) for r in range(warmup + rounds)]
+    fetches = [
+        (leader.fetch_frame(2, (r + 1) * RECORDS), leader.fetch_frame(3, (r + 1) * RECORDS))
+        for r in range(warmup + rounds)
+    ]
+
+    def produce(r: int) -> None:
+        leader.dispatch(produces[r])
+
+    def replicate(r: int) -> None:
+        leader.wake()  # the append releases both parked fetches: 6 batches each
+        f2, f3 = fetches[r]
+        leader.dispatch(f2)  # at the new end: parks
+        leader.dispatch(f3)  # moves the HW: the produce completes on the next wake
+        leader.wake()
+
+    def run(lo: int, hi: int, part: str) -> None:
+        for r in range(lo, hi):
+            if part == "leader-produce":
+                operator.call(produce, r)
+                replicate(r)
+            elif part == "leader-fetch":
+                produce(r)
+                operator.call(replicate, r)
+            else:
+                produce(r)
+                replicate(r)
+
+    run(0, warmup, "")
+    answers_before = leader.answers
+
+    def measured() -> None:
+        run(warmup, warmup + rounds, which)
+
+    def check() -> None:
+        # Per round: 2 fetch answers with data, the produce answer.
+        assert leader.answers - answers_before == 3 * rounds, leader.answers - answers_before
+        for p in range(PARTITIONS):
+            plog = leader.replicas.partition(TopicPartition(TOPIC, p))
+            assert plog.high_watermark == (warmup + rounds) * RECORDS
+        leader.replicas.shutdown()
+
+    return measured, check
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("step", choices=("follower", "leader-fetch", "leader-produce"))
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--profile", help="write a cProfile of the measured part here")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="replication-cpu-") as tmp:
+        if args.step == "follower":
+            measured, check = follower_step(Path(tmp), args.rounds, args.warmup)
+            wrapped = lambda: operator.call(measured)  # noqa: E731
+        else:
+            measured, check = leader_steps(Path(tmp), args.rounds, args.warmup, args.step)
+            wrapped = measured  # the steps wrap their own parts
+        profiler = cProfile.Profile() if args.profile else None
+        started = time.perf_counter()
+        if profiler is not None:
+            profiler.enable()
+        wrapped()
+        if profiler is not None:
+            profiler.disable()
+            profiler.dump_stats(args.profile)
+        elapsed = time.perf_counter() - started
+        check()
+    print(
+        f"{args.step}: {args.rounds} rounds, {elapsed / args.rounds * 1e6:.0f} us/round wall "
+        f"(divide callgrind's count by {args.rounds})",
+        file=sys.stderr,
+    )
+
+
+if __name__ == "__main__":
+    main()
