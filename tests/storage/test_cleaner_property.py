@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, event, example, given, settings
 from hypothesis import strategies as st
 
 from oncelog.clock import ManualClock
@@ -181,6 +181,19 @@ def clean(twin: Twin, cleaner: LogCleaner, step: str) -> None:
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
 @given(st.lists(ops, min_size=5, max_size=70))
+# A producer's aborted transaction ended before the dirty range: the map's walk never sees
+# its marker, and once counted the producer's later committed tombstone as aborted.
+@example(
+    workload=[
+        ("txn", 10, b"a", None),
+        ("end", 10, False),
+        ("plain", b"a", b"\x00"),
+        ("roll",),
+        ("txn", 10, b"a", None),
+        ("end", 10, True),
+        ("clean", "none", 20),
+    ]
+)
 def test_cleaning_and_crashes_keep_the_log_equivalent(workload: list[tuple[object, ...]]) -> None:
     root = Path(tempfile.mkdtemp(prefix="cleaner-prop-"))
     try:

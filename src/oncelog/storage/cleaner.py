@@ -421,7 +421,10 @@ class _Round:
     def build_map(self) -> int:
         """Map the dirty range; return where the round ends (earlier if the map filled)."""
         job = self.job
-        txns = _Transactions(job.aborted)
+        # Only transactions that end in the dirty range or later: the walk starts there, so
+        # it would never see the marker of one that ended before, and would count that
+        # producer's later (committed) batches as aborted (Kafka collects the dirty range's).
+        txns = _Transactions(t for t in job.aborted if t.last_offset >= job.first_dirty)
         for ref in job.segments:
             if ref.next_offset <= job.first_dirty:
                 continue
