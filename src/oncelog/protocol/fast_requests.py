@@ -55,6 +55,65 @@ class ProduceRequest(NamedTuple):
         return datetime.timedelta(milliseconds=self.timeout_ms)
 
 
+class FetchPartition(NamedTuple):
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+
+
+class FetchTopic(NamedTuple):
+    topic: str
+    partitions: tuple[FetchPartition, ...]
+
+
+class ForgottenTopic(NamedTuple):
+    topic: str
+    partitions: tuple[int, ...]
+
+
+class FetchRequest(NamedTuple):
+    """kio's FetchRequest fields, every one present whatever the version (kio's default
+    where the version has none, which is also what the handler assumes then)."""
+
+    cluster_id: str | None
+    replica_id: int
+    max_wait_ms: int
+    min_bytes: int
+    max_bytes: int
+    isolation_level: int
+    session_id: int
+    session_epoch: int
+    topics: tuple[FetchTopic, ...]
+    forgotten_topics_data: tuple[ForgottenTopic, ...]
+    rack_id: str
+
+    @property
+    def max_wait(self) -> datetime.timedelta:
+        return datetime.timedelta(milliseconds=self.max_wait_ms)
+
+
+def decode_fetch(version: int, frame: Frame, offset: int) -> FetchRequest | None:
+    """The Fetch request body (v4-v12) at `offset` read in C (`_speedups.read_fetch`), or
+    None: kio's path, also when the C helper is not built. Every consumer's and follower's
+    request comes here; kio's generic reader with the tag and count checks before it cost
+    ~12% of a broker's CPU at 10,000 one-message fetches a second."""
+    if _speedups is None:
+        return None
+    request: FetchRequest | None = _speedups.read_fetch(
+        memoryview(frame).toreadonly(),
+        offset,
+        version,
+        FetchRequest,
+        FetchTopic,
+        FetchPartition,
+        ForgottenTopic,
+    )
+    return request
+
+
 class _Malformed(Exception):
     """Not plainly well formed: let kio decide."""
 

@@ -1005,6 +1005,209 @@ error:
     return NULL;
 }
 
+/* read_fetch(view, offset, version, request_cls, topic_cls, partition_cls, forgotten_cls): a
+ * Fetch request body (v4-v12) as NamedTuples with kio's field names, every field present
+ * (kio's default where the version has none); None when not plainly well formed or when it
+ * carries a tagged field (kio decides). Every consumer's and follower's Fetch is read here. */
+static int rd_fixed(reader *r, int size, int64_t *out)
+{
+    if (r->end - r->pos < size)
+        return -1;
+    const unsigned char *p = r->buf + r->pos;
+    *out = size == 8 ? be64(p) : size == 4 ? be32(p) : size == 2 ? be16(p) : (signed char)p[0];
+    r->pos += size;
+    return 0;
+}
+
+/* A NamedTuple of `n` ints from `values`; NULL on error. */
+static PyObject *int_tuple(PyObject *cls, const int64_t *values, Py_ssize_t n)
+{
+    PyObject *out = new_tuple_of(cls, n);
+    if (out == NULL)
+        return NULL;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(values[i]);
+        if (v == NULL) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        PyTuple_SET_ITEM(out, i, v);
+    }
+    return out;
+}
+
+static PyObject *read_fetch(PyObject *self, PyObject *args)
+{
+    PyObject *view_obj, *request_cls, *topic_cls, *partition_cls, *forgotten_cls;
+    Py_ssize_t offset;
+    int version;
+    if (!PyArg_ParseTuple(args, "OniOOOO", &view_obj, &offset, &version, &request_cls,
+                          &topic_cls, &partition_cls, &forgotten_cls))
+        return NULL;
+    if (!PyMemoryView_Check(view_obj) || !is_namedtuple_class(request_cls) ||
+        !is_namedtuple_class(topic_cls) || !is_namedtuple_class(partition_cls) ||
+        !is_namedtuple_class(forgotten_cls)) {
+        PyErr_SetString(PyExc_TypeError, "a memoryview and four NamedTuple classes");
+        return NULL;
+    }
+    Py_buffer *view = PyMemoryView_GET_BUFFER(view_obj);
+    if (!PyBuffer_IsContiguous(view, 'C') || view->itemsize != 1 || offset < 0 ||
+        offset > view->len) {
+        PyErr_SetString(PyExc_ValueError, "a contiguous byte view, offset inside it");
+        return NULL;
+    }
+    if (version < 4 || version > 12)
+        Py_RETURN_NONE;
+    reader r = {(const unsigned char *)view->buf, offset, view->len, version >= 12};
+    int64_t head[8] = {-1, 0, 0, 2147483647, 0, 0, -1, 0};
+    /* replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id, epoch */
+    PyObject *topics = NULL, *forgotten = NULL, *rack = NULL, *result = NULL;
+    int status;
+    if (rd_fixed(&r, 4, &head[0]) < 0 || rd_fixed(&r, 4, &head[1]) < 0 ||
+        rd_fixed(&r, 4, &head[2]) < 0 || rd_fixed(&r, 4, &head[3]) < 0 ||
+        rd_fixed(&r, 1, &head[4]) < 0)
+        goto malformed;
+    if (version >= 7 && (rd_fixed(&r, 4, &head[5]) < 0 || rd_fixed(&r, 4, &head[6]) < 0))
+        goto malformed;
+    int64_t topic_count;
+    if (rd_count(&r, &topic_count) < 0)
+        goto malformed;
+    topics = PyTuple_New((Py_ssize_t)topic_count);
+    if (topics == NULL)
+        goto error;
+    for (Py_ssize_t t = 0; t < topic_count; t++) {
+        PyObject *name = NULL;
+        if ((status = rd_string(&r, &name)) < 0) {
+            if (status == -2)
+                goto error;
+            goto malformed;
+        }
+        if (name == Py_None) {
+            Py_DECREF(name);
+            goto malformed;
+        }
+        int64_t partition_count;
+        if (rd_count(&r, &partition_count) < 0) {
+            Py_DECREF(name);
+            goto malformed;
+        }
+        PyObject *partitions = PyTuple_New((Py_ssize_t)partition_count);
+        PyObject *topic = partitions == NULL ? NULL : new_tuple_of(topic_cls, 2);
+        if (topic == NULL) {
+            Py_DECREF(name);
+            Py_XDECREF(partitions);
+            goto error;
+        }
+        PyTuple_SET_ITEM(topic, 0, name);
+        PyTuple_SET_ITEM(topic, 1, partitions);
+        PyTuple_SET_ITEM(topics, t, topic);
+        for (Py_ssize_t i = 0; i < partition_count; i++) {
+            /* partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
+             * log_start_offset, partition_max_bytes */
+            int64_t f[6] = {0, -1, 0, -1, -1, 0};
+            if (rd_fixed(&r, 4, &f[0]) < 0 ||
+                (version >= 9 && rd_fixed(&r, 4, &f[1]) < 0) || rd_fixed(&r, 8, &f[2]) < 0 ||
+                (version >= 12 && rd_fixed(&r, 4, &f[3]) < 0) ||
+                (version >= 5 && rd_fixed(&r, 8, &f[4]) < 0) || rd_fixed(&r, 4, &f[5]) < 0 ||
+                rd_no_tags(&r) < 0)
+                goto malformed;
+            PyObject *partition = int_tuple(partition_cls, f, 6);
+            if (partition == NULL)
+                goto error;
+            PyTuple_SET_ITEM(partitions, i, partition);
+        }
+        if (rd_no_tags(&r) < 0)
+            goto malformed;
+    }
+    int64_t forgotten_count = 0;
+    if (version >= 7 && rd_count(&r, &forgotten_count) < 0)
+        goto malformed;
+    forgotten = PyTuple_New((Py_ssize_t)forgotten_count);
+    if (forgotten == NULL)
+        goto error;
+    for (Py_ssize_t t = 0; t < forgotten_count; t++) {
+        PyObject *name = NULL;
+        if ((status = rd_string(&r, &name)) < 0) {
+            if (status == -2)
+                goto error;
+            goto malformed;
+        }
+        if (name == Py_None) {
+            Py_DECREF(name);
+            goto malformed;
+        }
+        int64_t n;
+        if (rd_count(&r, &n) < 0) {
+            Py_DECREF(name);
+            goto malformed;
+        }
+        PyObject *indexes = PyTuple_New((Py_ssize_t)n);
+        PyObject *entry = indexes == NULL ? NULL : new_tuple_of(forgotten_cls, 2);
+        if (entry == NULL) {
+            Py_DECREF(name);
+            Py_XDECREF(indexes);
+            goto error;
+        }
+        PyTuple_SET_ITEM(entry, 0, name);
+        PyTuple_SET_ITEM(entry, 1, indexes);
+        PyTuple_SET_ITEM(forgotten, t, entry);
+        for (Py_ssize_t i = 0; i < n; i++) {
+            int64_t index;
+            if (rd_fixed(&r, 4, &index) < 0)
+                goto malformed;
+            PyObject *v = PyLong_FromLongLong(index);
+            if (v == NULL)
+                goto error;
+            PyTuple_SET_ITEM(indexes, i, v);
+        }
+        if (rd_no_tags(&r) < 0)
+            goto malformed;
+    }
+    if (version >= 11) {
+        if ((status = rd_string(&r, &rack)) < 0) {
+            if (status == -2)
+                goto error;
+            goto malformed;
+        }
+        if (rack == Py_None)
+            goto malformed;
+    } else {
+        rack = PyUnicode_FromStringAndSize("", 0);
+        if (rack == NULL)
+            goto error;
+    }
+    if (rd_no_tags(&r) < 0)
+        goto malformed;
+    /* cluster_id, replica_id, max_wait_ms, min_bytes, max_bytes, isolation_level, session_id,
+     * session_epoch, topics, forgotten_topics_data, rack_id */
+    result = new_tuple_of(request_cls, 11);
+    if (result == NULL)
+        goto error;
+    PyTuple_SET_ITEM(result, 0, Py_NewRef(Py_None));
+    for (int i = 0; i < 7; i++) {
+        PyObject *v = PyLong_FromLongLong(head[i]);
+        if (v == NULL) {
+            Py_CLEAR(result);
+            goto error;
+        }
+        PyTuple_SET_ITEM(result, 1 + i, v);
+    }
+    PyTuple_SET_ITEM(result, 8, topics);
+    PyTuple_SET_ITEM(result, 9, forgotten);
+    PyTuple_SET_ITEM(result, 10, rack);
+    return result;
+malformed:
+    Py_XDECREF(topics);
+    Py_XDECREF(forgotten);
+    Py_XDECREF(rack);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(topics);
+    Py_XDECREF(forgotten);
+    Py_XDECREF(rack);
+    return NULL;
+}
+
 /* -- encode_produce_response: a whole Produce response frame (v3-v11) from the handler's
  * answer mapping, as oncelog.protocol.fast_responses writes it (that Python encoder stays
  * the reference and the fallback: anything unexpected here returns None and it decides). */
@@ -1312,6 +1515,9 @@ static PyMethodDef methods[] = {
     {"stamp_batch", stamp_batch, METH_VARARGS,
      "stamp_batch(data, base_offset, leader_epoch, header): (head with the two broker-owned "
      "fields set, header with them replaced)."},
+    {"read_fetch", read_fetch, METH_VARARGS,
+     "read_fetch(view, offset, version, request_cls, topic_cls, partition_cls, forgotten_cls): "
+     "a Fetch request body, or None when not plainly well formed."},
     {"walk_batches", walk_batches, METH_VARARGS,
      "walk_batches(buf, cls, start=0, end=-1): [(position, header)] of each complete batch."},
     {"parse_marker_at", parse_marker_at, METH_VARARGS,

@@ -31,3 +31,13 @@ def encode_produce_response(
 def stamp_batch(
     data: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int, header: T, /
 ) -> tuple[bytes, T]: ...
+def read_fetch(
+    view: memoryview,
+    offset: int,
+    version: int,
+    request_cls: type[T],
+    topic_cls: type[object],
+    partition_cls: type[object],
+    forgotten_cls: type[object],
+    /,
+) -> T | None: ...
