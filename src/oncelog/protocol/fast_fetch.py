@@ -19,13 +19,13 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from oncelog.errors import ErrorCode
+from oncelog.protocol.wire_reader import READ_ERRORS, NotPlain, WireReader
 
 FETCH = 1
 FOLLOWER_FETCH_VERSION = 12
 _FIRST_FLEXIBLE = 12
 
 _I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
 _REQUEST_HEAD = struct.Struct(">iiiibii")  # replica, max wait, min/max bytes, iso, session
 _REQUEST_PART = struct.Struct(">iiqiqi")  # partition, epoch, offset, last epoch, start, max
 _PART_HEAD = struct.Struct(">ihqq")  # partition, error, high watermark, last stable offset
@@ -120,10 +120,6 @@ class FetchResponse(NamedTuple):
     responses: tuple[FetchableTopicResponse, ...]
 
 
-class _Unusual(Exception):
-    """Not plainly well formed, or carries a field we do not read: kio's turn."""
-
-
 def decode_fetch_response(
     version: int, frame: bytes | bytearray | memoryview, offset: int
 ) -> FetchResponse | None:
@@ -132,20 +128,19 @@ def decode_fetch_response(
     if not 4 <= version <= 12:
         return None
     try:
-        return _Reader(frame, offset, version).response()
-    except (_Unusual, struct.error, IndexError, UnicodeDecodeError):
+        return _Reader(frame, offset, version >= _FIRST_FLEXIBLE, version).response()
+    except (NotPlain, *READ_ERRORS):
         return None
 
 
-class _Reader:
-    __slots__ = ("end", "flexible", "pos", "version", "view")
+class _Reader(WireReader):
+    __slots__ = ("version",)
 
-    def __init__(self, frame: bytes | bytearray | memoryview, offset: int, version: int) -> None:
-        self.view = memoryview(frame).toreadonly()
-        self.pos = offset
-        self.end = len(self.view)
+    def __init__(
+        self, frame: bytes | bytearray | memoryview, offset: int, flexible: bool, version: int
+    ) -> None:
+        super().__init__(frame, offset, flexible)
         self.version = version
-        self.flexible = version >= _FIRST_FLEXIBLE
 
     def response(self) -> FetchResponse:
         view = self.view
@@ -153,7 +148,7 @@ class _Reader:
             throttle, error, session = _THROTTLE_ERROR_SESSION.unpack_from(view, self.pos)
             self.pos += _THROTTLE_ERROR_SESSION.size
             if error not in _KNOWN_ERRORS:
-                raise _Unusual(f"error code {error}")
+                raise NotPlain(f"error code {error}")
         else:
             (throttle,) = _I32.unpack_from(view, self.pos)
             self.pos += 4
@@ -167,7 +162,7 @@ class _Reader:
             self.no_tags()
         self.no_tags()
         if self.pos > self.end:
-            raise _Unusual("past the end")
+            raise NotPlain("past the end")
         return FetchResponse(throttle, error, session, tuple(topics))
 
     def partition_v12(self) -> PartitionData:
@@ -178,7 +173,7 @@ class _Reader:
         index, error, hw, lso, start = _PART_HEAD_V5.unpack_from(view, pos)
         pos += _PART_HEAD_V5.size
         if error and error not in _KNOWN_ERRORS:
-            raise _Unusual(f"error code {error}")
+            raise NotPlain(f"error code {error}")
         aborted: tuple[AbortedTransaction, ...] | None = None
         if view[pos] == 0:  # null: the common case
             self.pos = pos + 1
@@ -197,16 +192,16 @@ class _Reader:
                 break
             shift += 7
             if shift > 28:
-                raise _Unusual("varint longer than 5 bytes")
+                raise NotPlain("varint longer than 5 bytes")
         records = None
         if n > 0:
             end = pos + n - 1
             if end > self.end:
-                raise _Unusual("records past the end")
+                raise NotPlain("records past the end")
             records = view[pos:end]
             pos = end
         if view[pos] != 0:
-            raise _Unusual("tagged fields")
+            raise NotPlain("tagged fields")
         self.pos = pos + 1
         return PartitionData(index, error, hw, lso, start, aborted, preferred, records)
 
@@ -215,7 +210,7 @@ class _Reader:
         index, error, hw, lso = _PART_HEAD.unpack_from(view, self.pos)
         self.pos += _PART_HEAD.size
         if error not in _KNOWN_ERRORS:
-            raise _Unusual(f"error code {error}")
+            raise NotPlain(f"error code {error}")
         start = -1
         if self.version >= 5:
             (start,) = _Q.unpack_from(view, self.pos)
@@ -225,10 +220,7 @@ class _Reader:
         if self.version >= 11:
             (preferred,) = _I32.unpack_from(view, self.pos)
             self.pos += 4
-        records = None
-        n = self.length()
-        if n >= 0:
-            records = self.take(n)
+        records = self.nullable_bytes()
         self.no_tags()
         return PartitionData(index, error, hw, lso, start, aborted, preferred, records)
 
@@ -236,62 +228,10 @@ class _Reader:
         if n < 0:
             return None
         if n * 16 > self.end - self.pos:
-            raise _Unusual(f"{n} aborted transactions")
+            raise NotPlain(f"{n} aborted transactions")
         txns = []
         for _ in range(n):
             txns.append(AbortedTransaction(*_QQ.unpack_from(self.view, self.pos)))
             self.pos += 16
             self.no_tags()
         return tuple(txns)
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.view[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise _Unusual("varint longer than 5 bytes")
-
-    def length(self) -> int:
-        """An array / bytes length: -1 for null (compact 0, classic -1); others negative
-        are refused."""
-        if self.flexible:
-            return self.uvarint() - 1
-        n: int = _I32.unpack_from(self.view, self.pos)[0]
-        self.pos += 4
-        if n < -1:
-            raise _Unusual(f"length {n}")
-        return n
-
-    def count(self) -> int:
-        n = self.length()
-        if n < 0 or n > self.end - self.pos:  # every element takes a byte at least
-            raise _Unusual(f"array of {n}")
-        return n
-
-    def string(self) -> str:
-        if self.flexible:
-            n = self.uvarint() - 1
-        else:
-            (n,) = _I16.unpack_from(self.view, self.pos)
-            self.pos += 2
-        if n < 0:
-            raise _Unusual("null topic name")
-        return str(self.take(n), "utf-8")
-
-    def take(self, n: int) -> memoryview:
-        if self.pos + n > self.end:
-            raise _Unusual("field past the end")
-        out = self.view[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def no_tags(self) -> None:
-        if self.flexible:
-            if self.view[self.pos] != 0:
-                raise _Unusual("tagged fields")
-            self.pos += 1

@@ -17,6 +17,7 @@ from types import ModuleType
 from typing import NamedTuple
 
 from oncelog.protocol.framing import Frame
+from oncelog.protocol.wire_reader import READ_ERRORS, NotPlain, WireReader
 
 _speedups: ModuleType | None
 try:
@@ -26,7 +27,6 @@ except ImportError:  # the C extension is optional
 
 PRODUCE = 0
 _FIRST_FLEXIBLE = 9
-_I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _ACKS_TIMEOUT = struct.Struct(">hi")
 
@@ -114,10 +114,6 @@ def decode_fetch(version: int, frame: Frame, offset: int) -> FetchRequest | None
     return request
 
 
-class _Malformed(Exception):
-    """Not plainly well formed: let kio decide."""
-
-
 def decode_produce(version: int, frame: Frame, offset: int) -> ProduceRequest | None:
     """The Produce request body at `offset` of `frame`, or None (kio's path). The C reader
     (`_speedups.read_produce`) when built, else `decode_produce_python`; the same rules."""
@@ -140,99 +136,29 @@ def decode_produce_python(version: int, frame: Frame, offset: int) -> ProduceReq
         return None
     try:
         return _Reader(frame, offset, version >= _FIRST_FLEXIBLE).request()
-    except (_Malformed, struct.error, IndexError, UnicodeDecodeError):
+    except (NotPlain, *READ_ERRORS):
         return None
 
 
-class _Reader:
-    __slots__ = ("end", "flexible", "pos", "view")
-
-    def __init__(self, frame: Frame, offset: int, flexible: bool) -> None:
-        self.view = memoryview(frame).toreadonly()
-        self.pos = offset
-        self.end = len(self.view)
-        self.flexible = flexible
+class _Reader(WireReader):
+    __slots__ = ()
 
     def request(self) -> ProduceRequest:
-        transactional_id = self.string()
+        transactional_id = self.nullable_string()
         acks, timeout_ms = _ACKS_TIMEOUT.unpack_from(self.view, self.pos)
         self.pos += _ACKS_TIMEOUT.size
         topics = []
         for _ in range(self.count()):
             name = self.string()
-            if name is None:
-                raise _Malformed("null topic name")
             partitions = []
             for _ in range(self.count()):
                 (index,) = _I32.unpack_from(self.view, self.pos)
                 self.pos += 4
-                partitions.append(PartitionProduceData(index, self.records()))
+                partitions.append(PartitionProduceData(index, self.nullable_bytes()))
                 self.no_tags()
             topics.append(TopicProduceData(name, tuple(partitions)))
             self.no_tags()
         self.no_tags()
         if self.pos > self.end:
-            raise _Malformed("past the end")
+            raise NotPlain("past the end")
         return ProduceRequest(transactional_id, acks, timeout_ms, tuple(topics))
-
-    def uvarint(self) -> int:
-        value = shift = 0
-        while True:
-            byte = self.view[self.pos]
-            self.pos += 1
-            value |= (byte & 0x7F) << shift
-            if byte < 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise _Malformed("varint longer than 5 bytes")
-
-    def count(self) -> int:
-        if self.flexible:
-            n = self.uvarint() - 1
-        else:
-            (n,) = _I32.unpack_from(self.view, self.pos)
-            self.pos += 4
-        if n < 0 or n > self.end - self.pos:  # every element takes a byte at least
-            raise _Malformed(f"array of {n}")
-        return n
-
-    def string(self) -> str | None:
-        if self.flexible:
-            n = self.uvarint() - 1
-        else:
-            (n,) = _I16.unpack_from(self.view, self.pos)
-            self.pos += 2
-        if n < 0:
-            self.null(n)
-            return None
-        return str(self.take(n), "utf-8")
-
-    def records(self) -> memoryview | None:
-        if self.flexible:
-            n = self.uvarint() - 1
-        else:
-            (n,) = _I32.unpack_from(self.view, self.pos)
-            self.pos += 4
-        if n < 0:
-            self.null(n)
-            return None
-        return self.take(n)
-
-    def null(self, n: int) -> None:
-        """-1 is null; any other negative length is not a length."""
-        if n != -1:
-            raise _Malformed(f"length {n}")
-
-    def take(self, n: int) -> memoryview:
-        if self.pos + n > self.end:
-            raise _Malformed("field past the end")
-        out = self.view[self.pos : self.pos + n]
-        self.pos += n
-        return out
-
-    def no_tags(self) -> None:
-        if self.flexible:
-            if self.view[self.pos] != 0:
-                raise _Malformed("tagged fields")
-            self.pos += 1
