@@ -871,6 +871,33 @@ static PyObject *new_tuple_of(PyObject *cls, Py_ssize_t size)
     return ((PyTypeObject *)cls)->tp_alloc((PyTypeObject *)cls, size);
 }
 
+/* One element of a named array (a topic and its partitions): a non-null name and a count;
+ * `into[t]` becomes cls(name, a tuple of `*n` slots for the caller to fill, `*items`).
+ * 0, -1 malformed, -2 error (a Python exception is set). */
+static int rd_named_array(reader *r, PyObject *cls, PyObject *into, Py_ssize_t t,
+                          PyObject **items, int64_t *n)
+{
+    PyObject *name = NULL;
+    int status = rd_string(r, &name);
+    if (status < 0)
+        return status;
+    if (name == Py_None || rd_count(r, n) < 0) {
+        Py_DECREF(name);
+        return -1;
+    }
+    *items = PyTuple_New((Py_ssize_t)*n);
+    PyObject *entry = *items == NULL ? NULL : new_tuple_of(cls, 2);
+    if (entry == NULL) {
+        Py_DECREF(name);
+        Py_XDECREF(*items);
+        return -2;
+    }
+    PyTuple_SET_ITEM(entry, 0, name);
+    PyTuple_SET_ITEM(entry, 1, *items);
+    PyTuple_SET_ITEM(into, t, entry);
+    return 0;
+}
+
 static int is_namedtuple_class(PyObject *cls)
 {
     return PyType_Check(cls) && PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type) &&
@@ -917,29 +944,11 @@ static PyObject *read_produce(PyObject *self, PyObject *args)
     if (topics == NULL)
         goto error;
     for (Py_ssize_t t = 0; t < topic_count; t++) {
-        PyObject *name = NULL;
-        status = rd_string(&r, &name);
+        PyObject *partitions;
+        int64_t partition_count;
+        status = rd_named_array(&r, topic_cls, topics, t, &partitions, &partition_count);
         if (status < 0)
             goto fail;
-        if (name == Py_None) {
-            Py_DECREF(name);
-            goto malformed;
-        }
-        int64_t partition_count;
-        if (rd_count(&r, &partition_count) < 0) {
-            Py_DECREF(name);
-            goto malformed;
-        }
-        PyObject *partitions = PyTuple_New((Py_ssize_t)partition_count);
-        PyObject *topic = partitions == NULL ? NULL : new_tuple_of(topic_cls, 2);
-        if (topic == NULL) {
-            Py_DECREF(name);
-            Py_XDECREF(partitions);
-            goto error;
-        }
-        PyTuple_SET_ITEM(topic, 0, name);
-        PyTuple_SET_ITEM(topic, 1, partitions);
-        PyTuple_SET_ITEM(topics, t, topic);
         for (Py_ssize_t i = 0; i < partition_count; i++) {
             if (r.end - r.pos < 4)
                 goto malformed;
@@ -1076,31 +1085,13 @@ static PyObject *read_fetch(PyObject *self, PyObject *args)
     if (topics == NULL)
         goto error;
     for (Py_ssize_t t = 0; t < topic_count; t++) {
-        PyObject *name = NULL;
-        if ((status = rd_string(&r, &name)) < 0) {
-            if (status == -2)
-                goto error;
-            goto malformed;
-        }
-        if (name == Py_None) {
-            Py_DECREF(name);
-            goto malformed;
-        }
+        PyObject *partitions;
         int64_t partition_count;
-        if (rd_count(&r, &partition_count) < 0) {
-            Py_DECREF(name);
-            goto malformed;
-        }
-        PyObject *partitions = PyTuple_New((Py_ssize_t)partition_count);
-        PyObject *topic = partitions == NULL ? NULL : new_tuple_of(topic_cls, 2);
-        if (topic == NULL) {
-            Py_DECREF(name);
-            Py_XDECREF(partitions);
+        status = rd_named_array(&r, topic_cls, topics, t, &partitions, &partition_count);
+        if (status == -2)
             goto error;
-        }
-        PyTuple_SET_ITEM(topic, 0, name);
-        PyTuple_SET_ITEM(topic, 1, partitions);
-        PyTuple_SET_ITEM(topics, t, topic);
+        if (status < 0)
+            goto malformed;
         for (Py_ssize_t i = 0; i < partition_count; i++) {
             /* partition, current_leader_epoch, fetch_offset, last_fetched_epoch,
              * log_start_offset, partition_max_bytes */
@@ -1126,31 +1117,13 @@ static PyObject *read_fetch(PyObject *self, PyObject *args)
     if (forgotten == NULL)
         goto error;
     for (Py_ssize_t t = 0; t < forgotten_count; t++) {
-        PyObject *name = NULL;
-        if ((status = rd_string(&r, &name)) < 0) {
-            if (status == -2)
-                goto error;
-            goto malformed;
-        }
-        if (name == Py_None) {
-            Py_DECREF(name);
-            goto malformed;
-        }
+        PyObject *indexes;
         int64_t n;
-        if (rd_count(&r, &n) < 0) {
-            Py_DECREF(name);
-            goto malformed;
-        }
-        PyObject *indexes = PyTuple_New((Py_ssize_t)n);
-        PyObject *entry = indexes == NULL ? NULL : new_tuple_of(forgotten_cls, 2);
-        if (entry == NULL) {
-            Py_DECREF(name);
-            Py_XDECREF(indexes);
+        status = rd_named_array(&r, forgotten_cls, forgotten, t, &indexes, &n);
+        if (status == -2)
             goto error;
-        }
-        PyTuple_SET_ITEM(entry, 0, name);
-        PyTuple_SET_ITEM(entry, 1, indexes);
-        PyTuple_SET_ITEM(forgotten, t, entry);
+        if (status < 0)
+            goto malformed;
         for (Py_ssize_t i = 0; i < n; i++) {
             int64_t index;
             if (rd_fixed(&r, 4, &index) < 0)
