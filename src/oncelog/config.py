@@ -286,6 +286,7 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("replica.fetch.min.bytes", C.INT, "1", at_least=1),
     ConfigDef("replica.fetch.response.max.bytes", C.INT, "10485760", at_least=0),
     ConfigDef("replica.fetch.backoff.ms", C.INT, "1000", at_least=0),
+    ConfigDef("max.incremental.fetch.session.cache.slots", C.INT, "1000", at_least=0),
     ConfigDef("replica.socket.timeout.ms", C.INT, "30000"),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", C.LONG, "5000", at_least=1),
     ConfigDef("auto.leader.rebalance.enable", C.BOOLEAN, "true"),

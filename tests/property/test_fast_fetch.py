@@ -42,6 +42,9 @@ follower_partitions = st.builds(
     min_bytes=i32,
     max_bytes=i32,
     topics=st.lists(st.tuples(names, st.lists(follower_partitions, max_size=4)), max_size=3),
+    session_id=i32,
+    session_epoch=i32,
+    forgotten=st.lists(st.tuples(names, st.lists(i32, max_size=4)), max_size=3),
 )
 def test_the_follower_fetch_is_kios_bytes(
     replica_id: int,
@@ -49,6 +52,9 @@ def test_the_follower_fetch_is_kios_bytes(
     min_bytes: int,
     max_bytes: int,
     topics: list[tuple[str, list[FollowerFetchPartition]]],
+    session_id: int,
+    session_epoch: int,
+    forgotten: list[tuple[str, list[int]]],
 ) -> None:
     body = {
         "replica_id": replica_id,
@@ -56,8 +62,8 @@ def test_the_follower_fetch_is_kios_bytes(
         "min_bytes": min_bytes,
         "max_bytes": max_bytes,
         "isolation_level": 0,
-        "session_id": 0,
-        "session_epoch": -1,
+        "session_id": session_id,
+        "session_epoch": session_epoch,
         "topics": [
             {
                 "topic": name,
@@ -75,11 +81,16 @@ def test_the_follower_fetch_is_kios_bytes(
             }
             for name, partitions in topics
         ],
-        "forgotten_topics_data": [],
+        "forgotten_topics_data": [
+            {"topic": name, "partitions": indexes} for name, indexes in forgotten
+        ],
         "rack_id": "",
     }
     expected = encode_entity(build(request_class(FETCH, FOLLOWER_FETCH_VERSION), body))
-    assert encode_follower_fetch(replica_id, max_wait, min_bytes, max_bytes, topics) == expected
+    got = encode_follower_fetch(
+        replica_id, max_wait, min_bytes, max_bytes, topics, session_id, session_epoch, forgotten
+    )
+    assert got == expected
 
 
 fetch_partitions = st.fixed_dictionaries(

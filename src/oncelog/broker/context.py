@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from oncelog.broker.fetch_session import FetchSessionCache
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.security.credentials import ScramCredentials
 
@@ -69,10 +70,15 @@ class BrokerContext:
     #: The SCRAM credentials SASL logins are checked against (the server's; Describe/
     #: AlterUserScramCredentials read and change them).
     scram: ScramCredentials = field(default_factory=ScramCredentials)
+    #: Incremental fetch sessions (KIP-227), sized by the configuration.
+    fetch_sessions: FetchSessionCache = field(init=False)
 
     def __post_init__(self) -> None:
         """The metrics watch these services from the start (their scraped state, and the
         appends and fsyncs the replica manager reports)."""
+        self.fetch_sessions = FetchSessionCache(
+            self.config.get_int("max.incremental.fetch.session.cache.slots")
+        )
         self.metrics.attach(self)
 
 

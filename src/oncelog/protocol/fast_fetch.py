@@ -63,16 +63,21 @@ def encode_follower_fetch(
     min_bytes: int,
     max_bytes: int,
     topics: Sequence[tuple[str, Sequence[FollowerFetchPartition]]],
+    session_id: int = 0,
+    session_epoch: int = -1,
+    forgotten: Sequence[tuple[str, Sequence[int]]] = (),
 ) -> bytes:
-    """FetchRequest v12's body: read_uncommitted, no fetch session, no forgotten topics, no
-    rack, no cluster id (what kio writes for the same fields)."""
-    out = bytearray(_REQUEST_HEAD.pack(replica_id, max_wait_ms, min_bytes, max_bytes, 0, 0, -1))
+    """FetchRequest v12's body: read_uncommitted, no rack, no cluster id (what kio writes
+    for the same fields). Without a session by default (id 0, epoch -1)."""
+    out = bytearray(
+        _REQUEST_HEAD.pack(
+            replica_id, max_wait_ms, min_bytes, max_bytes, 0, session_id, session_epoch
+        )
+    )
     out += _uvarint(len(topics) + 1)
     pack_part = _REQUEST_PART.pack
     for name, partitions in topics:
-        raw = name.encode()
-        out += _uvarint(len(raw) + 1)
-        out += raw
+        _compact_string(out, name)
         out += _uvarint(len(partitions) + 1)
         for p in partitions:
             out += pack_part(
@@ -85,8 +90,21 @@ def encode_follower_fetch(
             )
             out += b"\x00"  # no tagged fields
         out += b"\x00"
-    out += b"\x01\x01\x00"  # no forgotten topics, rack "" , no tagged fields
+    out += _uvarint(len(forgotten) + 1)
+    for name, indexes in forgotten:
+        _compact_string(out, name)
+        out += _uvarint(len(indexes) + 1)
+        for index in indexes:
+            out += _I32.pack(index)
+        out += b"\x00"
+    out += b"\x01\x00"  # rack "", no tagged fields
     return bytes(out)
+
+
+def _compact_string(out: bytearray, text: str) -> None:
+    raw = text.encode()
+    out += _uvarint(len(raw) + 1)
+    out += raw
 
 
 class AbortedTransaction(NamedTuple):

@@ -7,9 +7,11 @@ Each loop serves the partitions this broker follows on one leader:
    point (`replication.follower.truncation_offset`) and move to *fetching*.
 2. Fetching partitions are fetched together, as a follower (`replica_id` = this broker),
    at their log end with the leader epoch they know; the leader long-polls up to
-   `replica.fetch.wait.max.ms`. Batches are appended byte for byte; the follower's high
-   watermark and log start follow the leader's (so what DeleteRecords removed stays
-   removed under the next leader).
+   `replica.fetch.wait.max.ms`. The fetches run in a fetch session (KIP-227,
+   `replication/fetch_session_handler.py`): after the first, a request names only the
+   partitions whose position changed, and the answer only those with news. Batches are
+   appended byte for byte; the follower's high watermark and log start follow the
+   leader's (so what DeleteRecords removed stays removed under the next leader).
 3. A fenced or stale epoch, or a leader that is no longer leader, parks the partition until
    etcd's newer state arrives (`follow` again). A leader that cannot be reached is retried
    after `replica.fetch.backoff.ms`.
@@ -37,6 +39,7 @@ from oncelog.protocol.fast_fetch import (
     encode_follower_fetch,
 )
 from oncelog.protocol.registry import ApiKey
+from oncelog.replication.fetch_session_handler import SESSION_ERRORS, FetchSessionHandler
 from oncelog.replication.follower import FollowerPhase, follower_high_watermark, truncation_offset
 from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
 from oncelog.types import TopicPartition
@@ -71,6 +74,8 @@ class ReplicaFetcher:
         self._kick: dict[int, asyncio.Event] = {}
         #: Leaders whose last round had a partition error: back off before the next one.
         self._errored: set[int] = set()
+        #: Our fetch session with each leader (KIP-227).
+        self._sessions: dict[int, FetchSessionHandler] = {}
 
     def follow(self, replica: Partition) -> None:
         """Fetch `replica` from its current leader (after truncating against it)."""
@@ -132,7 +137,7 @@ class ReplicaFetcher:
                     await self._truncate(channel, truncating)
                 fetching = [r for r in replicas if _phase(r) == FollowerPhase.FETCHING]
                 if fetching:
-                    await self._fetch(channel, fetching)
+                    await self._fetch(channel, leader_id, fetching)
                 elif not truncating:
                     kick.clear()
                     with contextlib.suppress(TimeoutError):
@@ -212,8 +217,10 @@ class ReplicaFetcher:
                     plog.truncate_to(offset)
                 follower.move(FollowerPhase.FETCHING)
 
-    async def _fetch(self, channel: BrokerChannel, replicas: list[Partition]) -> None:
-        by_topic: dict[str, list[FollowerFetchPartition]] = {}
+    async def _fetch(
+        self, channel: BrokerChannel, leader_id: int, replicas: list[Partition]
+    ) -> None:
+        wanted: dict[TopicPartition, FollowerFetchPartition] = {}
         asked: dict[TopicPartition, tuple[Partition, int, int]] = {}
         for r in replicas:
             assert r.follower is not None
@@ -221,25 +228,47 @@ class ReplicaFetcher:
             offset = plog.log_end_offset
             epoch = r.follower.leader_epoch
             asked[r.tp] = (r, epoch, offset)
-            by_topic.setdefault(r.tp.topic, []).append(
-                FollowerFetchPartition(
-                    r.tp.partition, epoch, offset, plog.log_start_offset, self.partition_max_bytes
-                )
+            wanted[r.tp] = FollowerFetchPartition(
+                r.tp.partition, epoch, offset, plog.log_start_offset, self.partition_max_bytes
             )
+        session = self._sessions.get(leader_id)
+        if session is None:
+            session = self._sessions[leader_id] = FetchSessionHandler()
+        plan = session.build(wanted)
         request = encode_follower_fetch(
-            self.node_id, self.wait_ms, self.min_bytes, self.max_bytes, list(by_topic.items())
+            self.node_id,
+            self.wait_ms,
+            self.min_bytes,
+            self.max_bytes,
+            plan.topics,
+            plan.session_id,
+            plan.session_epoch,
+            plan.forgotten,
         )
-        frame, pos = await channel.call_raw(
-            ApiKey.FETCH, FETCH_VERSION, request, self.timeout_s + self.wait_ms / 1000
-        )
-        # By hand, records as views of the frame; kio for anything unusual (tagged fields).
-        response: Any = decode_fetch_response(FETCH_VERSION, frame, pos)
-        if response is None:
-            response, _ = _fetch_response_reader()(frame, pos)
+        try:
+            frame, pos = await channel.call_raw(
+                ApiKey.FETCH, FETCH_VERSION, request, self.timeout_s + self.wait_ms / 1000
+            )
+            # By hand, records as views of the frame; kio for anything unusual (tagged fields).
+            response: Any = decode_fetch_response(FETCH_VERSION, frame, pos)
+            if response is None:
+                response, _ = _fetch_response_reader()(frame, pos)
+        except BaseException:
+            session.failed()
+            raise
+        session.answered(response.error_code, response.session_id)
+        if response.error_code in SESSION_ERRORS:
+            log.info(
+                "replica fetcher: leader %d answered %s; fetching in full again",
+                leader_id,
+                ErrorCode(response.error_code).name,
+            )
+            return
         if response.error_code != ErrorCode.none:
             for r in replicas:
                 self._park(r, response.error_code)
             return
+        # An incremental answer carries only the partitions with news.
         for topic in response.responses:
             name = topic.topic
             for p in topic.partitions:

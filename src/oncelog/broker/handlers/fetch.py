@@ -8,9 +8,13 @@ If fewer than `min_bytes` are ready, the request waits in the purgatory until an
 one of its partitions or `max_wait_ms`. A woken wait first checks, without reading, whether any
 of its partitions has something new past its fetch offset (or changed leadership) and only
 then reads again, as Kafka's DelayedFetch does: an acks=all produce wakes the followers'
-parked fetches on every high-watermark move, which is not new data for them. Fetch sessions
-(KIP-227) are not offered: the response carries session id 0, which tells clients to send full
-fetch requests.
+parked fetches on every high-watermark move, which is not new data for them.
+
+Fetch sessions (KIP-227, `broker/fetch_session.py`): a fetch on a session reads all of the
+session's partitions and answers only those with news. A follower's session partition that is
+caught up, has no new high watermark or log start and was last answered under the same
+leadership is not read at all: the follower's fetch is only noted (it stays caught up for the
+ISR), which is all a read would have led to.
 
 A fetch with `replica_id` >= 0 is a follower's, in a cluster only: it reads past the high
 watermark up to the leader's log end, and tells the leader how far the follower got (which
@@ -20,10 +24,18 @@ it is refused per partition (NOT_LEADER_OR_FOLLOWER); on a single node, whole.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.fetch_session import (
+    FINAL_EPOCH,
+    INITIAL_EPOCH,
+    INVALID_SESSION_ID,
+    CachedPartition,
+    FetchSession,
+)
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation as Op
@@ -32,29 +44,39 @@ from oncelog.types import READ_COMMITTED, READ_UNCOMMITTED, TopicPartition
 if TYPE_CHECKING:
     from oncelog.broker.partition import Partition
     from oncelog.replication.leader import LeaderState
-    from oncelog.storage.partition_log import PartitionLog
+    from oncelog.storage.partition_log import PartitionLog, ReadResult
 
 
 def handle(ctx: RequestContext, request: Any) -> Any:
     if request.replica_id >= 0 and not ctx.broker.replicas.clustered:
         return _top_level_error(ErrorCode.not_leader_or_follower)
-    session_id = getattr(request, "session_id", 0)
-    if session_id != 0:
-        return _top_level_error(ErrorCode.fetch_session_id_not_found)
+    follower = request.replica_id >= 0
+    opened = _session(ctx, request, follower)
+    if isinstance(opened, ErrorCode):
+        return _top_level_error(opened)
+    session, incremental = opened
+    topics: list[tuple[str, Iterable[Any]]]
+    if session is None:
+        topics = [(t.topic, t.partitions) for t in request.topics]
+    else:
+        # A copy: the session's next request changes it, maybe while this one is parked.
+        topics = [(name, list(parts.values())) for name, parts in session.topics.items()]
     max_wait = int(request.max_wait.total_seconds() * 1000)
-    tps = tuple(TopicPartition(t.topic, p.partition) for t in request.topics for p in t.partitions)
-    denied = _unauthorized(ctx, request)
+    tps = tuple(TopicPartition(name, p.partition) for name, parts in topics for p in parts)
+    denied = _unauthorized(ctx, follower, [name for name, _ in topics])
+    fetch = _Fetch(ctx, request, topics, denied, session, incremental)
 
     def attempt(force: bool) -> dict[str, Any] | None:
-        response, size, errors = _collect(ctx, request, denied)
+        response, size, errors = fetch.collect()
         if force or errors or size >= request.min_bytes or max_wait <= 0 or not tps:
+            fetch.sent()
             return response
         return None
 
     ready = attempt(False)
     if ready is not None:
         return ready
-    waiting = _Waiting(ctx, request)
+    waiting = _Waiting(ctx, follower, fetch.read_committed, topics)
 
     def woken(force: bool) -> dict[str, Any] | None:
         if not force and not waiting.changed():
@@ -67,6 +89,38 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     return Delayed(woken, ctx.broker.clock.monotonic_ms() + max_wait, tps)
 
 
+def _session(
+    ctx: RequestContext, request: Any, follower: bool
+) -> tuple[FetchSession | None, bool] | ErrorCode:
+    """The request's fetch session (None: a full fetch without one) and whether the fetch is
+    incremental, after applying the request to it; or the top-level error."""
+    session_id = getattr(request, "session_id", INVALID_SESSION_ID)
+    epoch = getattr(request, "session_epoch", FINAL_EPOCH)
+    sessions = ctx.broker.fetch_sessions
+    now = ctx.broker.clock.monotonic_ms()
+    if epoch > INITIAL_EPOCH:
+        session = sessions.get(session_id, now)
+        if session is None:
+            return ErrorCode.fetch_session_id_not_found
+        if epoch != session.next_epoch:
+            return ErrorCode.invalid_fetch_session_epoch
+        session.next_epoch = epoch + 1 if epoch < _MAX_EPOCH else 1
+        session.forget(request.forgotten_topics_data)
+        session.add(request.topics)
+        return session, True
+    if session_id != INVALID_SESSION_ID:
+        sessions.remove(session_id)
+    if epoch != INITIAL_EPOCH:
+        return None, False
+    session = sessions.open(follower, now)
+    if session is not None:
+        session.add(request.topics)
+    return session, False
+
+
+_MAX_EPOCH = 2**31 - 1
+
+
 class _Waiting:
     """What a parked fetch's partitions looked like when it last read them, to tell cheaply
     whether a wake-up can change its answer: a readable end that moved (the log end for a
@@ -75,18 +129,24 @@ class _Waiting:
 
     __slots__ = ("committed", "follower", "parts", "replicas")
 
-    def __init__(self, ctx: RequestContext, request: Any) -> None:
+    def __init__(
+        self,
+        ctx: RequestContext,
+        follower: bool,
+        committed: bool,
+        topics: list[tuple[str, Iterable[Any]]],
+    ) -> None:
         replicas = ctx.broker.replicas
         self.replicas = replicas
-        self.follower = request.replica_id >= 0
-        self.committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
+        self.follower = follower
+        self.committed = committed
         by_tp = replicas.replicas_by_tp if replicas.clustered else {}
         #: Per partition: (tp, replica, its leader state, leader epoch, log, readable end,
         #: log start) as last read.
         self.parts: list[_Seen] = []
-        for topic in request.topics:
-            for p in topic.partitions:
-                tp = TopicPartition(topic.topic, p.partition)
+        for name, parts in topics:
+            for p in parts:
+                tp = TopicPartition(name, p.partition)
                 replica = by_tp.get(tp)
                 leader = replica.leader if replica is not None else None
                 epoch = replica.leader_epoch if replica is not None else -1
@@ -129,94 +189,179 @@ _Seen = tuple[
 ]
 
 
-def _unauthorized(ctx: RequestContext, request: Any) -> dict[str, ErrorCode]:
+def _unauthorized(ctx: RequestContext, follower: bool, topics: list[str]) -> dict[str, ErrorCode]:
     """A follower's fetch needs ClusterAction on the cluster, a consumer's Read on each topic
     (Kafka's KafkaApis.handleFetchRequest); the refused topics and their error."""
-    if request.replica_id >= 0:
+    if follower:
         if authz.authorize_cluster(ctx, Op.CLUSTER_ACTION):
             return {}
-        return {t.topic: ErrorCode.cluster_authorization_failed for t in request.topics}
+        return {t: ErrorCode.cluster_authorization_failed for t in topics}
     return {
-        t.topic: ErrorCode.topic_authorization_failed
-        for t in request.topics
-        if not authz.topic(ctx, Op.READ, t.topic)
+        t: ErrorCode.topic_authorization_failed for t in topics if not authz.topic(ctx, Op.READ, t)
     }
 
 
-def _collect(
-    ctx: RequestContext, request: Any, denied: dict[str, ErrorCode]
-) -> tuple[dict[str, Any], int, bool]:
-    replicas = ctx.broker.replicas
-    read_committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
-    budget = request.max_bytes if request.max_bytes > 0 else 0
-    if request.replica_id < 0:  # a consumer's, capped as Kafka caps it
-        budget = min(budget, ctx.broker.config.get_int("fetch.max.bytes"))
-    total = 0
-    errors = False
-    responses: list[dict[str, Any]] = []
-    replica_id = request.replica_id
-    follower = replica_id >= 0
-    # One clock read per request: a follower's fetch notes its position in every partition.
-    now = ctx.broker.clock.monotonic_ms() if follower else 0
-    for topic in request.topics:
-        name = topic.topic
-        refused = denied.get(name)
-        partitions = []
-        for p in topic.partitions:
-            index = p.partition
-            if refused is not None:
-                errors = True
-                partitions.append(_error_entry(index, refused, read_committed))
-                continue
-            tp = TopicPartition(name, index)
-            epoch = getattr(p, "current_leader_epoch", -1)
-            limit = max(min(p.partition_max_bytes, budget - total), 0)
-            try:
-                if follower:
-                    result = replicas.follower_fetch(
-                        replica_id, tp, p.fetch_offset, epoch, limit, now_ms=now
-                    )
-                else:
-                    replicas.check_leader_epoch(tp, epoch)
-                    result = replicas.read(
-                        tp,
-                        p.fetch_offset,
-                        limit,
-                        min_one=total == 0,
-                        read_committed=read_committed,
-                    )
-            except KafkaError as exc:
-                errors = True
-                partitions.append(_error_entry(index, exc.code, read_committed))
-                continue
-            records = result.records
-            aborted: list[dict[str, int]] | None = [] if read_committed else None
-            if result.aborted:
-                aborted = [
-                    {"producer_id": t.producer_id, "first_offset": t.first_offset}
-                    for t in result.aborted
-                ]
-            partitions.append(
-                {
-                    "partition_index": index,
-                    "error_code": ErrorCode.none,
-                    "high_watermark": result.high_watermark,
-                    "last_stable_offset": result.last_stable_offset,
-                    "log_start_offset": result.log_start_offset,
-                    "aborted_transactions": aborted,
-                    "preferred_read_replica": -1,
-                    "records": records,
-                }
+class _Fetch:
+    """One Fetch request's reads, done again on every attempt of a parked fetch; on a session
+    what each attempt found is kept apart and becomes the session's only when its answer is
+    sent (`sent`)."""
+
+    __slots__ = (
+        "_answered",
+        "ctx",
+        "denied",
+        "follower_session",
+        "incremental",
+        "now",
+        "read_committed",
+        "request",
+        "session",
+        "topics",
+    )
+
+    def __init__(
+        self,
+        ctx: RequestContext,
+        request: Any,
+        topics: list[tuple[str, Iterable[Any]]],
+        denied: dict[str, ErrorCode],
+        session: FetchSession | None,
+        incremental: bool,
+    ) -> None:
+        self.ctx = ctx
+        self.request = request
+        self.topics = topics
+        self.denied = denied
+        self.session = session
+        self.incremental = incremental
+        self.follower_session = session is not None and request.replica_id >= 0
+        self.read_committed = (
+            getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
+        )
+        self.now = 0
+        #: Per session partition read by the last attempt: (its state, error, high
+        #: watermark, log start, leader state answered under).
+        self._answered: list[tuple[CachedPartition, int, int, int, object]] = []
+
+    def sent(self) -> None:
+        for cached, error, hw, start, leader in self._answered:
+            cached.answered(error, hw, start, leader)
+        self._answered = []
+
+    def collect(self) -> tuple[dict[str, Any], int, bool]:
+        ctx = self.ctx
+        request = self.request
+        read_committed = self.read_committed
+        denied = self.denied
+        session = self.session
+        answered = self._answered = []
+        budget = request.max_bytes if request.max_bytes > 0 else 0
+        if request.replica_id < 0:  # a consumer's, capped as Kafka caps it
+            budget = min(budget, ctx.broker.config.get_int("fetch.max.bytes"))
+        total = 0
+        errors = False
+        responses: list[dict[str, Any]] = []
+        # One clock read per request: a follower's fetch notes its position in every partition.
+        self.now = ctx.broker.clock.monotonic_ms() if request.replica_id >= 0 else 0
+        for name, parts in self.topics:
+            refused = denied.get(name)
+            partitions = []
+            for p in parts:
+                index = p.partition
+                code: int | None = refused
+                leader: object = None
+                if code is None:
+                    tp = TopicPartition(name, index)
+                    if self.follower_session:
+                        leader = self._leader_if_busy(p, tp)
+                        if leader is _IDLE:
+                            continue
+                    try:
+                        limit = max(min(p.partition_max_bytes, budget - total), 0)
+                        result = self._read(tp, p, limit, total == 0)
+                    except KafkaError as exc:
+                        code = exc.code
+                if code is not None:
+                    errors = True
+                    partitions.append(_error_entry(index, code, read_committed))
+                    if session is not None:
+                        answered.append((p, code, -1, -1, None))
+                    continue
+                records = result.records
+                if session is not None:
+                    hw = result.high_watermark
+                    start = result.log_start_offset
+                    answered.append((p, 0, hw, start, leader))
+                    if self.incremental and not p.must_answer(0, hw, start, len(records)):
+                        continue
+                partitions.append(_entry(index, result, read_committed))
+                total += len(records)
+            if partitions or not self.incremental:
+                responses.append({"topic": name, "partitions": partitions})
+        response = {
+            "throttle_time": 0,
+            "error_code": ErrorCode.none,
+            "session_id": session.id if session is not None else INVALID_SESSION_ID,
+            "responses": responses,
+        }
+        return response, total, errors
+
+    def _leader_if_busy(self, p: CachedPartition, tp: TopicPartition) -> object:
+        """A follower's session partition: `_IDLE` when it is caught up, with no news since
+        the last answer under the same leadership (its fetch is noted, nothing is read);
+        else the leader state the answer is made under."""
+        replica = self.ctx.broker.replicas.replicas_by_tp.get(tp)
+        leader = replica.leader if replica is not None else None
+        if not self.incremental or leader is None or p.sent_leader is not leader:
+            return leader
+        assert replica is not None
+        plog = replica.log
+        end = plog.log_end_offset
+        replica_id = self.request.replica_id
+        if (
+            p.fetch_offset == end
+            and plog.high_watermark == p.sent_high_watermark
+            and plog.log_start_offset == p.sent_log_start
+            and replica_id in leader.isr
+        ):
+            leader.on_follower_fetch(replica_id, end, end, self.now)
+            return _IDLE
+        return leader
+
+    def _read(self, tp: TopicPartition, p: Any, limit: int, first: bool) -> ReadResult:
+        replicas = self.ctx.broker.replicas
+        replica_id = self.request.replica_id
+        epoch = getattr(p, "current_leader_epoch", -1)
+        if replica_id >= 0:
+            return replicas.follower_fetch(
+                replica_id, tp, p.fetch_offset, epoch, limit, now_ms=self.now
             )
-            total += len(records)
-        responses.append({"topic": name, "partitions": partitions})
-    response = {
-        "throttle_time": 0,
+        replicas.check_leader_epoch(tp, epoch)
+        return replicas.read(
+            tp, p.fetch_offset, limit, min_one=first, read_committed=self.read_committed
+        )
+
+
+#: `_Fetch._leader_if_busy`'s answer for a partition with nothing to read or tell.
+_IDLE = object()
+
+
+def _entry(index: int, result: ReadResult, read_committed: bool) -> dict[str, Any]:
+    aborted: list[dict[str, int]] | None = [] if read_committed else None
+    if result.aborted:
+        aborted = [
+            {"producer_id": t.producer_id, "first_offset": t.first_offset} for t in result.aborted
+        ]
+    return {
+        "partition_index": index,
         "error_code": ErrorCode.none,
-        "session_id": 0,
-        "responses": responses,
+        "high_watermark": result.high_watermark,
+        "last_stable_offset": result.last_stable_offset,
+        "log_start_offset": result.log_start_offset,
+        "aborted_transactions": aborted,
+        "preferred_read_replica": -1,
+        "records": result.records,
     }
-    return response, total, errors
 
 
 def _error_entry(index: int, code: int, read_committed: bool) -> dict[str, Any]:

@@ -1,0 +1,184 @@
+"""Incremental fetch sessions (KIP-227): a fetcher names only what changed, sans-IO.
+
+Without a session every Fetch lists all of the fetcher's partitions and every answer carries
+all of them, so a follower of many mostly idle partitions (`__consumer_offsets` alone has 50)
+pays for all of them on every round, on both sides. With a session the broker keeps the
+fetcher's partitions and where it fetches from; a request lists only the partitions whose
+fetch position changed (or that join) and forgets those that leave, and the answer carries
+only the partitions with news: records, a high watermark or log start that moved, an error.
+
+Which request is which (Kafka's FetchMetadata), by (session id, session epoch):
+
+- (0, -1): a full fetch without a session (librdkafka and older clients);
+- (0, 0): a full fetch that opens a session; the answer carries its id, or 0 when the cache
+  has no slot for it (the fetcher goes on with full fetches);
+- (S, 0): S is closed and a new session opened, as (0, 0);
+- (S, -1): S is closed; a full fetch without a session;
+- (S, N > 0): incremental on S, whose next epoch must be N (else INVALID_FETCH_SESSION_EPOCH);
+  an S the broker does not know (evicted, or the broker restarted) is
+  FETCH_SESSION_ID_NOT_FOUND, and the fetcher starts over with a full fetch.
+
+The cache holds `max.incremental.fetch.session.cache.slots` sessions. When it is full a new
+session takes the slot of the least recently used one idle for `EVICTION_MS` (Kafka's
+minimum eviction time), else a follower's new session (privileged, as in Kafka) takes a
+consumer's; otherwise none is opened. The clock is the caller's (`now_ms`).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from oncelog.types import TopicPartition
+
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+FINAL_EPOCH = -1
+#: A session unused this long may give its slot to a new one (Kafka's
+#: min.incremental.fetch.session.eviction.ms, fixed there too).
+EVICTION_MS = 120_000
+
+
+@dataclass(slots=True)
+class CachedPartition:
+    """One partition of a session: where the fetcher reads (the request's fields, under the
+    request's names so the fetch handler reads either alike) and what it was last told."""
+
+    partition: int
+    current_leader_epoch: int
+    fetch_offset: int
+    last_fetched_epoch: int
+    log_start_offset: int
+    partition_max_bytes: int
+    #: The high watermark and log start of the last answer that carried this partition;
+    #: -1 until one did, or after an error, so the next answer carries it again.
+    sent_high_watermark: int = -1
+    sent_log_start: int = -1
+    #: What the leader answered from (its leader state, by identity), for a follower: while
+    #: it is the same, a caught-up follower's partition with nothing new needs no read.
+    sent_leader: object = None
+
+    def update(self, p: Any) -> None:
+        """The request's newer fields for this partition; it is read on the next answer
+        whatever they are (a changed leader epoch may need an error)."""
+        self.sent_leader = None
+        self.current_leader_epoch = p.current_leader_epoch
+        self.fetch_offset = p.fetch_offset
+        self.last_fetched_epoch = p.last_fetched_epoch
+        self.log_start_offset = p.log_start_offset
+        self.partition_max_bytes = p.partition_max_bytes
+
+    def must_answer(self, error: int, high_watermark: int, log_start: int, size: int) -> bool:
+        """Whether an incremental answer carries this partition (Kafka's
+        CachedPartition.maybeUpdateResponseData, without updating)."""
+        return (
+            size > 0
+            or error != 0
+            or high_watermark != self.sent_high_watermark
+            or log_start != self.sent_log_start
+        )
+
+    def answered(self, error: int, high_watermark: int, log_start: int, leader: object) -> None:
+        """An answer carrying this partition was sent."""
+        if error:
+            self.sent_high_watermark = self.sent_log_start = -1
+            self.sent_leader = None
+        else:
+            self.sent_high_watermark = high_watermark
+            self.sent_log_start = log_start
+            self.sent_leader = leader
+
+
+def _cached(p: Any) -> CachedPartition:
+    return CachedPartition(
+        p.partition,
+        p.current_leader_epoch,
+        p.fetch_offset,
+        p.last_fetched_epoch,
+        p.log_start_offset,
+        p.partition_max_bytes,
+    )
+
+
+@dataclass(slots=True, eq=False)
+class FetchSession:
+    id: int
+    privileged: bool
+    last_used_ms: int
+    #: The epoch the next incremental request must carry.
+    next_epoch: int = 1
+    #: topic -> partition -> state, in the order partitions joined.
+    topics: dict[str, dict[int, CachedPartition]] = field(default_factory=dict)
+
+    @property
+    def size(self) -> int:
+        return sum(len(ps) for ps in self.topics.values())
+
+    def partitions(self) -> list[TopicPartition]:
+        return [TopicPartition(t, p) for t, ps in self.topics.items() for p in ps]
+
+    def add(self, topics: Iterable[Any]) -> None:
+        """Partitions of a request (kio's FetchTopic shape): new ones join, known ones take
+        the request's fields."""
+        for topic in topics:
+            mine = self.topics.setdefault(topic.topic, {})
+            for p in topic.partitions:
+                cached = mine.get(p.partition)
+                if cached is None:
+                    mine[p.partition] = _cached(p)
+                else:
+                    cached.update(p)
+
+    def forget(self, forgotten: Iterable[Any]) -> None:
+        """kio's ForgottenTopic shape: a topic and partition indexes."""
+        for topic in forgotten:
+            mine = self.topics.get(topic.topic)
+            if mine is None:
+                continue
+            for index in topic.partitions:
+                mine.pop(index, None)
+            if not mine:
+                del self.topics[topic.topic]
+
+
+class FetchSessionCache:
+    def __init__(self, max_slots: int = 1000, rng: random.Random | None = None) -> None:
+        self.max_slots = max_slots
+        self._sessions: dict[int, FetchSession] = {}
+        self._rng = rng or random.Random()
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def get(self, session_id: int, now_ms: int) -> FetchSession | None:
+        session = self._sessions.get(session_id)
+        if session is not None:
+            session.last_used_ms = now_ms
+        return session
+
+    def remove(self, session_id: int) -> None:
+        self._sessions.pop(session_id, None)
+
+    def open(self, privileged: bool, now_ms: int) -> FetchSession | None:
+        """A new, empty session, or None when no slot can be had."""
+        if len(self._sessions) >= self.max_slots and not self._evict(privileged, now_ms):
+            return None
+        while True:
+            session_id = self._rng.randint(1, 2**31 - 1)
+            if session_id not in self._sessions:
+                break
+        session = FetchSession(session_id, privileged, now_ms)
+        self._sessions[session_id] = session
+        return session
+
+    def _evict(self, privileged: bool, now_ms: int) -> bool:
+        stale = [s for s in self._sessions.values() if now_ms - s.last_used_ms >= EVICTION_MS]
+        if not stale and privileged:
+            stale = [s for s in self._sessions.values() if not s.privileged]
+        if not stale:
+            return False
+        victim = min(stale, key=lambda s: s.last_used_ms)
+        del self._sessions[victim.id]
+        return True

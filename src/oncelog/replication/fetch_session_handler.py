@@ -1,0 +1,96 @@
+"""The follower's side of a fetch session with one leader (KIP-227; Kafka's
+FetchSessionHandler), sans-IO.
+
+A follower fetches all its partitions of a leader on every round, but most rounds move only
+a few of them. The first request is a full one that asks the leader for a session (id 0,
+epoch 0); once the answer carries a session id, each request names only the partitions whose
+fetch position changed or that joined, and the ones that left as forgotten, and the answer
+carries only partitions with news. The rest stay as the leader has them.
+
+Anything that leaves the two sides unsure of each other (an answer lost with its connection,
+an unknown session, a wrong epoch, any top-level error) makes the next request a full one
+again, closing the old session if there was one.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from oncelog.errors import ErrorCode
+from oncelog.protocol.fast_fetch import FollowerFetchPartition
+from oncelog.types import TopicPartition
+
+#: Top-level errors that only mean the next request must be a full one.
+SESSION_ERRORS = frozenset(
+    {ErrorCode.fetch_session_id_not_found, ErrorCode.invalid_fetch_session_epoch}
+)
+INVALID_SESSION_ID = 0
+INITIAL_EPOCH = 0
+_MAX_EPOCH = 2**31 - 1
+
+
+class FetchPlan(NamedTuple):
+    """One request: its session fields, the partitions to name (grouped by topic) and the
+    partitions to forget."""
+
+    session_id: int
+    session_epoch: int
+    topics: list[tuple[str, list[FollowerFetchPartition]]]
+    forgotten: list[tuple[str, list[int]]]
+
+
+class FetchSessionHandler:
+    __slots__ = ("_pending", "_sent", "epoch", "session_id")
+
+    def __init__(self) -> None:
+        self.session_id = INVALID_SESSION_ID
+        #: The epoch of the next request; INITIAL_EPOCH: a full one.
+        self.epoch = INITIAL_EPOCH
+        #: What the leader's session holds, as far as its last answer confirmed.
+        self._sent: dict[TopicPartition, FollowerFetchPartition] = {}
+        #: What the session will hold once the request in flight is answered.
+        self._pending: dict[TopicPartition, FollowerFetchPartition] = {}
+
+    def build(self, wanted: dict[TopicPartition, FollowerFetchPartition]) -> FetchPlan:
+        """The next request for the partitions to fetch now, at their current positions."""
+        self._pending = wanted
+        full = self.epoch == INITIAL_EPOCH
+        topics: dict[str, list[FollowerFetchPartition]] = {}
+        forgotten: dict[str, list[int]] = {}
+        sent = self._sent
+        for tp, p in wanted.items():
+            if full or sent.get(tp) != p:
+                topics.setdefault(tp.topic, []).append(p)
+        if not full:
+            for tp in sent:
+                if tp not in wanted:
+                    forgotten.setdefault(tp.topic, []).append(tp.partition)
+        return FetchPlan(
+            self.session_id, self.epoch, list(topics.items()), list(forgotten.items())
+        )
+
+    def answered(self, error_code: int, session_id: int) -> None:
+        """The answer to the request `build` made last arrived (its top-level fields)."""
+        if error_code == ErrorCode.fetch_session_id_not_found:
+            self._restart(close=False)
+        elif error_code != ErrorCode.none:
+            self._restart(close=True)
+        elif self.epoch == INITIAL_EPOCH:
+            self.session_id = session_id
+            # No slot on the leader (id 0): the next request is full again and asks anew.
+            self.epoch = 1 if session_id != INVALID_SESSION_ID else INITIAL_EPOCH
+            self._sent = self._pending if session_id != INVALID_SESSION_ID else {}
+        else:
+            self.epoch = self.epoch + 1 if self.epoch < _MAX_EPOCH else 1
+            self._sent = self._pending
+
+    def failed(self) -> None:
+        """The request or its answer was lost (a broken connection, a timeout): the leader's
+        session may or may not have moved, so start over."""
+        self._restart(close=True)
+
+    def _restart(self, close: bool) -> None:
+        if not close:
+            self.session_id = INVALID_SESSION_ID
+        self.epoch = INITIAL_EPOCH
+        self._sent = {}
