@@ -91,7 +91,7 @@ class Follower:
     def __init__(self, broker: Broker, node_id: int, session: bool) -> None:
         self.broker = broker
         self.node_id = node_id
-        self.handler = FetchSessionHandler() if session else None
+        self.handler = FetchSessionHandler(1 << 20) if session else None
         self.end = dict.fromkeys(TPS, 0)
         self.hw = dict.fromkeys(TPS, -1)
         self.start = dict.fromkeys(TPS, -1)
@@ -99,9 +99,7 @@ class Follower:
         self._correlation = 0
 
     def fetch(self, *, lose_answer: bool = False, max_wait_ms: int = 0) -> Any:
-        wanted = {
-            tp: FollowerFetchPartition(tp.partition, 0, self.end[tp], 0, 1 << 20) for tp in TPS
-        }
+        wanted = {tp: (0, self.end[tp], 0) for tp in TPS}
         if self.handler is not None:
             plan = self.handler.build(wanted)
             body = encode_follower_fetch(
@@ -115,9 +113,8 @@ class Follower:
                 plan.forgotten,
             )
         else:
-            body = encode_follower_fetch(
-                self.node_id, max_wait_ms, 1, 1 << 24, [("data", list(wanted.values()))]
-            )
+            parts = [FollowerFetchPartition(t.partition, 0, self.end[t], 0, 1 << 20) for t in TPS]
+            body = encode_follower_fetch(self.node_id, max_wait_ms, 1, 1 << 24, [("data", parts)])
         self._correlation += 1
         client = b"follower"
         header = _HEADER.pack(ApiKey.FETCH, FOLLOWER_FETCH_VERSION, self._correlation, 8)
@@ -216,11 +213,12 @@ def test_a_forgotten_partition_is_not_answered(broker: Broker) -> None:
     follower.fetch()
     handler = follower.handler
     assert handler is not None
-    wanted = {tp: FollowerFetchPartition(tp.partition, 0, 0, 0, 1 << 20) for tp in TPS[:2]}
+    wanted = {tp: (0, 0, 0) for tp in TPS[:2]}
     plan = handler.build(wanted)
     assert plan.topics == [] and plan.forgotten == [("data", [2, 3])]
     handler.failed()  # not sent: the next request is full
-    assert handler.build(wanted).topics == [("data", list(wanted.values()))]
+    full = [FollowerFetchPartition(p, 0, 0, 0, 1 << 20) for p in (0, 1)]
+    assert handler.build(wanted).topics == [("data", full)]
     session = cache.get(handler.session_id, 0)
     assert session is not None and len(session.partitions()) == PARTITIONS
 
@@ -268,10 +266,7 @@ def test_a_lost_leadership_is_answered_on_an_idle_partition(broker: Broker) -> N
 
 
 def _raw_fetch(broker: Broker, handler: FetchSessionHandler, follower: Follower) -> Any:
-    wanted = {
-        tp: FollowerFetchPartition(tp.partition, 0, follower.end[tp], 0, 1 << 20) for tp in TPS
-    }
-    plan = handler.build(wanted)
+    plan = handler.build({tp: (0, follower.end[tp], 0) for tp in TPS})
     body = encode_follower_fetch(
         2, 0, 1, 1 << 24, plan.topics, plan.session_id, plan.session_epoch, plan.forgotten
     )

@@ -29,9 +29,13 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from oncelog.types import TopicPartition
+
+if TYPE_CHECKING:
+    from oncelog.broker.partition import Partition
+    from oncelog.replication.leader import FollowerReplica, LeaderState
 
 INVALID_SESSION_ID = 0
 INITIAL_EPOCH = 0
@@ -46,6 +50,7 @@ class CachedPartition:
     """One partition of a session: where the fetcher reads (the request's fields, under the
     request's names so the fetch handler reads either alike) and what it was last told."""
 
+    tp: TopicPartition
     partition: int
     current_leader_epoch: int
     fetch_offset: int
@@ -56,19 +61,43 @@ class CachedPartition:
     #: -1 until one did, or after an error, so the next answer carries it again.
     sent_high_watermark: int = -1
     sent_log_start: int = -1
-    #: What the leader answered from (its leader state, by identity), for a follower: while
-    #: it is the same, a caught-up follower's partition with nothing new needs no read.
-    sent_leader: object = None
+    #: For a follower: the leadership the last answer was made under, and the follower's
+    #: place in it. While they hold, a caught-up partition with nothing new needs no read.
+    sent_leader: LeaderState | None = None
+    sent_follower: FollowerReplica | None = None
 
     def update(self, p: Any) -> None:
         """The request's newer fields for this partition; it is read on the next answer
         whatever they are (a changed leader epoch may need an error)."""
-        self.sent_leader = None
+        self.sent_follower = None
         self.current_leader_epoch = p.current_leader_epoch
         self.fetch_offset = p.fetch_offset
         self.last_fetched_epoch = p.last_fetched_epoch
         self.log_start_offset = p.log_start_offset
         self.partition_max_bytes = p.partition_max_bytes
+
+    def idle_for(self, by_tp: dict[TopicPartition, Partition], node_id: int, now_ms: int) -> bool:
+        """A follower's partition that is caught up, in the ISR, with no high watermark or
+        log start it has not been told, under the leadership of the last answer: there is
+        nothing to read or tell, and its fetch is noted as a read would note it (it stays
+        caught up for the ISR)."""
+        follower = self.sent_follower
+        if follower is None:
+            return False
+        replica = by_tp.get(self.tp)
+        if replica is None or replica.leader is not self.sent_leader:
+            return False
+        plog = replica.log
+        end = plog.log_end_offset
+        if (
+            self.fetch_offset != end
+            or plog.high_watermark != self.sent_high_watermark
+            or plog.log_start_offset != self.sent_log_start
+            or node_id not in self.sent_leader.isr  # type: ignore[union-attr]
+        ):
+            return False
+        follower.fetched_at_end(end, now_ms)
+        return True
 
     def must_answer(self, error: int, high_watermark: int, log_start: int, size: int) -> bool:
         """Whether an incremental answer carries this partition (Kafka's
@@ -80,19 +109,29 @@ class CachedPartition:
             or log_start != self.sent_log_start
         )
 
-    def answered(self, error: int, high_watermark: int, log_start: int, leader: object) -> None:
-        """An answer carrying this partition was sent."""
+    def answered(
+        self,
+        error: int,
+        high_watermark: int,
+        log_start: int,
+        leader: LeaderState | None,
+        node_id: int,
+    ) -> None:
+        """An answer that carried (or could have carried) this partition was sent; `leader`:
+        the leadership it was made under, for a follower (`node_id`)."""
         if error:
             self.sent_high_watermark = self.sent_log_start = -1
-            self.sent_leader = None
+            self.sent_leader = self.sent_follower = None
         else:
             self.sent_high_watermark = high_watermark
             self.sent_log_start = log_start
             self.sent_leader = leader
+            self.sent_follower = leader.followers.get(node_id) if leader is not None else None
 
 
-def _cached(p: Any) -> CachedPartition:
+def _cached(tp: TopicPartition, p: Any) -> CachedPartition:
     return CachedPartition(
+        tp,
         p.partition,
         p.current_leader_epoch,
         p.fetch_offset,
@@ -111,13 +150,22 @@ class FetchSession:
     next_epoch: int = 1
     #: topic -> partition -> state, in the order partitions joined.
     topics: dict[str, dict[int, CachedPartition]] = field(default_factory=dict)
+    #: `layout()`, kept until a partition joins or leaves.
+    _layout: tuple[list[tuple[str, list[CachedPartition]]], tuple[TopicPartition, ...]] | None = (
+        None
+    )
 
-    @property
-    def size(self) -> int:
-        return sum(len(ps) for ps in self.topics.values())
+    def layout(self) -> tuple[list[tuple[str, list[CachedPartition]]], tuple[TopicPartition, ...]]:
+        """The partitions by topic, and all of them, in the order they joined: the same
+        lists on every fetch until the session's partitions change."""
+        if self._layout is None:
+            topics = [(name, list(parts.values())) for name, parts in self.topics.items()]
+            tps = tuple(p.tp for _, parts in topics for p in parts)
+            self._layout = (topics, tps)
+        return self._layout
 
     def partitions(self) -> list[TopicPartition]:
-        return [TopicPartition(t, p) for t, ps in self.topics.items() for p in ps]
+        return list(self.layout()[1])
 
     def add(self, topics: Iterable[Any]) -> None:
         """Partitions of a request (kio's FetchTopic shape): new ones join, known ones take
@@ -127,7 +175,8 @@ class FetchSession:
             for p in topic.partitions:
                 cached = mine.get(p.partition)
                 if cached is None:
-                    mine[p.partition] = _cached(p)
+                    mine[p.partition] = _cached(TopicPartition(topic.topic, p.partition), p)
+                    self._layout = None
                 else:
                     cached.update(p)
 
@@ -138,7 +187,8 @@ class FetchSession:
             if mine is None:
                 continue
             for index in topic.partitions:
-                mine.pop(index, None)
+                if mine.pop(index, None) is not None:
+                    self._layout = None
             if not mine:
                 del self.topics[topic.topic]
 

@@ -39,28 +39,36 @@ class FetchPlan(NamedTuple):
     forgotten: list[tuple[str, list[int]]]
 
 
-class FetchSessionHandler:
-    __slots__ = ("_pending", "_sent", "epoch", "session_id")
+#: Where a follower fetches a partition from: (leader epoch, fetch offset, log start).
+Position = tuple[int, int, int]
 
-    def __init__(self) -> None:
+
+class FetchSessionHandler:
+    __slots__ = ("_pending", "_sent", "epoch", "partition_max_bytes", "session_id")
+
+    def __init__(self, partition_max_bytes: int) -> None:
+        self.partition_max_bytes = partition_max_bytes
         self.session_id = INVALID_SESSION_ID
         #: The epoch of the next request; INITIAL_EPOCH: a full one.
         self.epoch = INITIAL_EPOCH
         #: What the leader's session holds, as far as its last answer confirmed.
-        self._sent: dict[TopicPartition, FollowerFetchPartition] = {}
+        self._sent: dict[TopicPartition, Position] = {}
         #: What the session will hold once the request in flight is answered.
-        self._pending: dict[TopicPartition, FollowerFetchPartition] = {}
+        self._pending: dict[TopicPartition, Position] = {}
 
-    def build(self, wanted: dict[TopicPartition, FollowerFetchPartition]) -> FetchPlan:
+    def build(self, wanted: dict[TopicPartition, Position]) -> FetchPlan:
         """The next request for the partitions to fetch now, at their current positions."""
         self._pending = wanted
         full = self.epoch == INITIAL_EPOCH
         topics: dict[str, list[FollowerFetchPartition]] = {}
         forgotten: dict[str, list[int]] = {}
         sent = self._sent
-        for tp, p in wanted.items():
-            if full or sent.get(tp) != p:
-                topics.setdefault(tp.topic, []).append(p)
+        max_bytes = self.partition_max_bytes
+        for tp, position in wanted.items():
+            if full or sent.get(tp) != position:
+                epoch, offset, start = position
+                part = FollowerFetchPartition(tp.partition, epoch, offset, start, max_bytes)
+                topics.setdefault(tp.topic, []).append(part)
         if not full:
             for tp in sent:
                 if tp not in wanted:

@@ -38,6 +38,13 @@ class FollowerReplica:
     #: The leader epoch of this follower's latest fetch (-1: none in this epoch).
     fetched_in_epoch: int = -1
 
+    def fetched_at_end(self, end: int, now_ms: int) -> None:
+        """Another fetch at the leader's log end `end`, in the leader epoch of the previous
+        one: what `LeaderState.on_follower_fetch` records then, for a fetch session's idle
+        partition (which is not read at all)."""
+        self.last_caught_up_ms = self.last_fetch_ms = now_ms
+        self.log_end_offset = self.leader_end_at_last_fetch = end
+
 
 @dataclass(slots=True)
 class LeaderState:

@@ -34,12 +34,15 @@ from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.codec import response_class
 from oncelog.protocol.fast_fetch import (
     FOLLOWER_FETCH_VERSION,
-    FollowerFetchPartition,
     decode_fetch_response,
     encode_follower_fetch,
 )
 from oncelog.protocol.registry import ApiKey
-from oncelog.replication.fetch_session_handler import SESSION_ERRORS, FetchSessionHandler
+from oncelog.replication.fetch_session_handler import (
+    SESSION_ERRORS,
+    FetchSessionHandler,
+    Position,
+)
 from oncelog.replication.follower import FollowerPhase, follower_high_watermark, truncation_offset
 from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
 from oncelog.types import TopicPartition
@@ -220,7 +223,7 @@ class ReplicaFetcher:
     async def _fetch(
         self, channel: BrokerChannel, leader_id: int, replicas: list[Partition]
     ) -> None:
-        wanted: dict[TopicPartition, FollowerFetchPartition] = {}
+        wanted: dict[TopicPartition, Position] = {}
         asked: dict[TopicPartition, tuple[Partition, int, int]] = {}
         for r in replicas:
             assert r.follower is not None
@@ -228,12 +231,10 @@ class ReplicaFetcher:
             offset = plog.log_end_offset
             epoch = r.follower.leader_epoch
             asked[r.tp] = (r, epoch, offset)
-            wanted[r.tp] = FollowerFetchPartition(
-                r.tp.partition, epoch, offset, plog.log_start_offset, self.partition_max_bytes
-            )
+            wanted[r.tp] = (epoch, offset, plog.log_start_offset)
         session = self._sessions.get(leader_id)
         if session is None:
-            session = self._sessions[leader_id] = FetchSessionHandler()
+            session = self._sessions[leader_id] = FetchSessionHandler(self.partition_max_bytes)
         plan = session.build(wanted)
         request = encode_follower_fetch(
             self.node_id,

@@ -58,11 +58,13 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     topics: list[tuple[str, Iterable[Any]]]
     if session is None:
         topics = [(t.topic, t.partitions) for t in request.topics]
+        tps = tuple(TopicPartition(name, p.partition) for name, parts in topics for p in parts)
     else:
-        # A copy: the session's next request changes it, maybe while this one is parked.
-        topics = [(name, list(parts.values())) for name, parts in session.topics.items()]
+        # The session's lists stay as they are until a request adds or forgets partitions,
+        # which is never while this one waits (its answer comes first).
+        layout, tps = session.layout()
+        topics = list(layout)
     max_wait = int(request.max_wait.total_seconds() * 1000)
-    tps = tuple(TopicPartition(name, p.partition) for name, parts in topics for p in parts)
     denied = _unauthorized(ctx, follower, [name for name, _ in topics])
     fetch = _Fetch(ctx, request, topics, denied, session, incremental)
 
@@ -76,6 +78,9 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     ready = attempt(False)
     if ready is not None:
         return ready
+    if fetch.follower_session:
+        # Its idle partitions cost next to nothing to try again: no `_Waiting` walk.
+        return Delayed(attempt, ctx.broker.clock.monotonic_ms() + max_wait, tps)
     waiting = _Waiting(ctx, follower, fetch.read_committed, topics)
 
     def woken(force: bool) -> dict[str, Any] | None:
@@ -208,6 +213,7 @@ class _Fetch:
 
     __slots__ = (
         "_answered",
+        "budget",
         "ctx",
         "denied",
         "follower_session",
@@ -239,45 +245,53 @@ class _Fetch:
             getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
         )
         self.now = 0
+        budget = request.max_bytes if request.max_bytes > 0 else 0
+        if request.replica_id < 0:  # a consumer's, capped as Kafka caps it
+            budget = min(budget, ctx.broker.config.get_int("fetch.max.bytes"))
+        self.budget = budget
         #: Per session partition read by the last attempt: (its state, error, high
         #: watermark, log start, leader state answered under).
-        self._answered: list[tuple[CachedPartition, int, int, int, object]] = []
+        self._answered: list[tuple[CachedPartition, int, int, int, LeaderState | None]] = []
 
     def sent(self) -> None:
+        node_id = self.request.replica_id
         for cached, error, hw, start, leader in self._answered:
-            cached.answered(error, hw, start, leader)
+            cached.answered(error, hw, start, leader, node_id)
         self._answered = []
 
     def collect(self) -> tuple[dict[str, Any], int, bool]:
-        ctx = self.ctx
-        request = self.request
         read_committed = self.read_committed
         denied = self.denied
         session = self.session
         answered = self._answered = []
-        budget = request.max_bytes if request.max_bytes > 0 else 0
-        if request.replica_id < 0:  # a consumer's, capped as Kafka caps it
-            budget = min(budget, ctx.broker.config.get_int("fetch.max.bytes"))
         total = 0
         errors = False
         responses: list[dict[str, Any]] = []
         # One clock read per request: a follower's fetch notes its position in every partition.
-        self.now = ctx.broker.clock.monotonic_ms() if request.replica_id >= 0 else 0
+        replica_id = self.request.replica_id
+        self.now = self.ctx.broker.clock.monotonic_ms() if replica_id >= 0 else 0
+        by_tp = self.ctx.broker.replicas.replicas_by_tp
+        follower_session = self.follower_session
+        skip_idle = follower_session and self.incremental
         for name, parts in self.topics:
             refused = denied.get(name)
             partitions = []
             for p in parts:
                 index = p.partition
                 code: int | None = refused
-                leader: object = None
+                leader: LeaderState | None = None
                 if code is None:
-                    tp = TopicPartition(name, index)
-                    if self.follower_session:
-                        leader = self._leader_if_busy(p, tp)
-                        if leader is _IDLE:
+                    if session is None:
+                        tp = TopicPartition(name, index)
+                    else:
+                        tp = p.tp
+                        if skip_idle and p.idle_for(by_tp, replica_id, self.now):
                             continue
+                        if follower_session:
+                            replica = by_tp.get(tp)
+                            leader = replica.leader if replica is not None else None
                     try:
-                        limit = max(min(p.partition_max_bytes, budget - total), 0)
+                        limit = max(min(p.partition_max_bytes, self.budget - total), 0)
                         result = self._read(tp, p, limit, total == 0)
                     except KafkaError as exc:
                         code = exc.code
@@ -298,35 +312,7 @@ class _Fetch:
                 total += len(records)
             if partitions or not self.incremental:
                 responses.append({"topic": name, "partitions": partitions})
-        response = {
-            "throttle_time": 0,
-            "error_code": ErrorCode.none,
-            "session_id": session.id if session is not None else INVALID_SESSION_ID,
-            "responses": responses,
-        }
-        return response, total, errors
-
-    def _leader_if_busy(self, p: CachedPartition, tp: TopicPartition) -> object:
-        """A follower's session partition: `_IDLE` when it is caught up, with no news since
-        the last answer under the same leadership (its fetch is noted, nothing is read);
-        else the leader state the answer is made under."""
-        replica = self.ctx.broker.replicas.replicas_by_tp.get(tp)
-        leader = replica.leader if replica is not None else None
-        if not self.incremental or leader is None or p.sent_leader is not leader:
-            return leader
-        assert replica is not None
-        plog = replica.log
-        end = plog.log_end_offset
-        replica_id = self.request.replica_id
-        if (
-            p.fetch_offset == end
-            and plog.high_watermark == p.sent_high_watermark
-            and plog.log_start_offset == p.sent_log_start
-            and replica_id in leader.isr
-        ):
-            leader.on_follower_fetch(replica_id, end, end, self.now)
-            return _IDLE
-        return leader
+        return _response(session, responses), total, errors
 
     def _read(self, tp: TopicPartition, p: Any, limit: int, first: bool) -> ReadResult:
         replicas = self.ctx.broker.replicas
@@ -340,10 +326,6 @@ class _Fetch:
         return replicas.read(
             tp, p.fetch_offset, limit, min_one=first, read_committed=self.read_committed
         )
-
-
-#: `_Fetch._leader_if_busy`'s answer for a partition with nothing to read or tell.
-_IDLE = object()
 
 
 def _entry(index: int, result: ReadResult, read_committed: bool) -> dict[str, Any]:
@@ -374,6 +356,15 @@ def _error_entry(index: int, code: int, read_committed: bool) -> dict[str, Any]:
         "aborted_transactions": [] if read_committed else None,
         "preferred_read_replica": -1,
         "records": b"",
+    }
+
+
+def _response(session: FetchSession | None, responses: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "throttle_time": 0,
+        "error_code": ErrorCode.none,
+        "session_id": session.id if session is not None else INVALID_SESSION_ID,
+        "responses": responses,
     }
 
 
