@@ -155,6 +155,7 @@ def test_a_full_cache_gives_a_stale_sessions_slot_to_a_new_one() -> None:
     assert cache.open(False, now_ms=EVICTION_MS - 1) is None  # nobody idle long enough
     new = cache.open(False, now_ms=EVICTION_MS)
     assert new is not None and cache.get(old.id, EVICTION_MS) is None and len(cache) == 2
+    assert cache.evictions == 1
 
 
 def test_a_followers_session_takes_a_consumers_slot_but_not_the_reverse() -> None:
@@ -220,7 +221,7 @@ def test_a_forgotten_partition_is_not_answered(broker: Broker) -> None:
     full = [FollowerFetchPartition(p, 0, 0, 0, 1 << 20) for p in (0, 1)]
     assert handler.build(wanted).topics == [("data", full)]
     session = cache.get(handler.session_id, 0)
-    assert session is not None and len(session.partitions()) == PARTITIONS
+    assert session is not None and len(session.layout()[1]) == PARTITIONS
 
 
 def test_an_idle_caught_up_partition_is_not_read_but_keeps_the_follower_in_sync(

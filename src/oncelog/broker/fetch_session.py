@@ -164,9 +164,6 @@ class FetchSession:
             self._layout = (topics, tps)
         return self._layout
 
-    def partitions(self) -> list[TopicPartition]:
-        return list(self.layout()[1])
-
     def add(self, topics: Iterable[Any]) -> None:
         """Partitions of a request (kio's FetchTopic shape): new ones join, known ones take
         the request's fields."""
@@ -198,9 +195,15 @@ class FetchSessionCache:
         self.max_slots = max_slots
         self._sessions: dict[int, FetchSession] = {}
         self._rng = rng or random.Random()
+        #: Sessions that lost their slot to a new one (Kafka's
+        #: IncrementalFetchSessionEvictionsPerSec).
+        self.evictions = 0
 
     def __len__(self) -> int:
         return len(self._sessions)
+
+    def partitions_cached(self) -> int:
+        return sum(len(s.layout()[1]) for s in list(self._sessions.values()))
 
     def get(self, session_id: int, now_ms: int) -> FetchSession | None:
         session = self._sessions.get(session_id)
@@ -231,4 +234,5 @@ class FetchSessionCache:
             return False
         victim = min(stale, key=lambda s: s.last_used_ms)
         del self._sessions[victim.id]
+        self.evictions += 1
         return True

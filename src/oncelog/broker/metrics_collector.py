@@ -45,6 +45,7 @@ class BrokerStateCollector(Collector):
         yield from self._transactions()
         yield from self._groups()
         yield from self._replication()
+        yield from self._fetch_sessions()
 
     # -- partitions ------------------------------------------------------------------------------
 
@@ -238,6 +239,25 @@ class BrokerStateCollector(Collector):
             "oncelog_leader_elections",
             "Leader elections this broker made as the active controller.",
             value=controller.leader_elections if controller is not None else 0,
+        )
+
+    def _fetch_sessions(self) -> Iterator[Metric]:
+        sessions = self.broker.fetch_sessions
+        yield _gauge(
+            "oncelog_fetch_sessions",
+            "Incremental fetch sessions (KIP-227) this broker holds for followers and consumers.",
+            len(sessions),
+        )
+        yield _gauge(
+            "oncelog_fetch_session_partitions",
+            "Partitions held in this broker's fetch sessions, all sessions together.",
+            sessions.partitions_cached(),
+        )
+        yield CounterMetricFamily(
+            "oncelog_fetch_session_evictions",
+            "Fetch sessions that gave their slot to a new one "
+            "(max.incremental.fetch.session.cache.slots).",
+            value=sessions.evictions,
         )
 
 
