@@ -15,7 +15,10 @@ Steps (6 partitions, one idempotent 100-record batch of 100 B values per partiti
 
 - `follower`: a follower's fetch round: the Fetch request is encoded and "sent", the leader's
   answer (a prepared frame, 6 batches) is read, decoded and appended
-  (`ReplicaFetcher._fetch`), the socket replaced by in-memory fakes.
+  (`ReplicaFetcher._fetch`), the socket replaced by in-memory fakes. `--idle N` adds N
+  followed partitions that never get data (a cluster's `__consumer_offsets` has 50);
+  `--session` has the leader's answers open a fetch session, so requests name only the
+  partitions that moved.
 - `leader-fetch`: the leader's side: two followers' fetches parked in the purgatory are woken
   by an append and answered (6 batches each); each follower then fetches at the new end,
   which moves the high watermark and completes the waiting acks=all Produce (its answer is
@@ -61,6 +64,7 @@ from oncelog.server.replica_fetcher import ReplicaFetcher
 from oncelog.types import TopicPartition
 
 TOPIC = "bench"
+IDLE_TOPIC = "idle"
 PARTITIONS = 6
 RECORDS = 100
 VALUE = 100
@@ -135,7 +139,7 @@ class _FakeReader:
         return frame
 
 
-def fetch_response_body(offsets: list[int], round_: int) -> bytes:
+def fetch_response_body(offsets: list[int], round_: int, session_id: int = 0) -> bytes:
     parts = [
         {
             "partition_index": p,
@@ -152,7 +156,7 @@ def fetch_response_body(offsets: list[int], round_: int) -> bytes:
     answer = {
         "throttle_time": 0,
         "error_code": 0,
-        "session_id": 0,
+        "session_id": session_id,
         "responses": [{"topic": TOPIC, "partitions": parts}],
     }
     pieces = encode_response_body(1, FETCH_V, answer)
@@ -161,14 +165,16 @@ def fetch_response_body(offsets: list[int], round_: int) -> bytes:
 
 
 def follower_step(
-    root: Path, rounds: int, warmup: int
+    root: Path, rounds: int, warmup: int, idle: int = 0, session: bool = False
 ) -> tuple[Callable[[], Any], Callable[[], None]]:
     replicas = ReplicaManager(cluster_config(root, 2), ManualClock())
     replicas.startup()
     replicas.apply_topic(TOPIC, uuid.uuid4(), ((1, 2, 3),) * PARTITIONS, {}, False)
+    if idle:
+        replicas.apply_topic(IDLE_TOPIC, uuid.uuid4(), ((1, 2, 3),) * idle, {}, False)
     parts = []
-    for p in range(PARTITIONS):
-        tp = TopicPartition(TOPIC, p)
+    tps = [TopicPartition(TOPIC, p) for p in range(PARTITIONS)]
+    for tp in tps + [TopicPartition(IDLE_TOPIC, p) for p in range(idle)]:
         replicas.apply_partition_state(tp, _state())
         replica = replicas.replicas_by_tp[tp]
         assert replica.follower is not None
@@ -179,13 +185,32 @@ def follower_step(
     reader = _FakeReader(channel)
     channel._reader = reader  # type: ignore[assignment]
     channel._writer = _FakeWriter()  # type: ignore[assignment]
+    # The leader's answers carry the busy partitions only: in a session (`session`, id 1 from
+    # the first answer on) the idle ones are then left out of the requests too.
     for r in range(warmup + rounds):
-        reader.bodies.append(fetch_response_body([r * RECORDS] * PARTITIONS, r))
+        reader.bodies.append(fetch_response_body([r * RECORDS] * PARTITIONS, r, int(session)))
     loop = asyncio.new_event_loop()
+
+    # The fetcher's round: since fetch sessions a `_Link` per leader and `_round`; older
+    # commits fetch a list of replicas.
+    if hasattr(fetcher, "_round"):
+        from oncelog.server.replica_fetcher import _Link
+
+        link = fetcher._links[1] = _Link(fetcher.partition_max_bytes)
+        link.following.update(r.tp for r in parts)
+        link.dirty.update(link.following)
+
+        async def one_round() -> None:
+            await fetcher._round(channel, 1, link)
+
+    else:
+
+        async def one_round() -> None:
+            await fetcher._fetch(channel, parts)
 
     async def run(n: int) -> None:
         for _ in range(n):
-            await fetcher._fetch(channel, parts)
+            await one_round()
 
     loop.run_until_complete(run(warmup))
 
@@ -193,7 +218,7 @@ def follower_step(
         loop.run_until_complete(run(rounds))
 
     def check() -> None:
-        ends = {r.log.log_end_offset for r in parts}
+        ends = {r.log.log_end_offset for r in parts[:PARTITIONS]}
         assert ends == {(warmup + rounds) * RECORDS}, ends
         loop.close()
         replicas.shutdown()
@@ -358,10 +383,20 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
+    parser.add_argument(
+        "--idle", type=int, default=0, help="follower: this many more partitions, never written"
+    )
+    parser.add_argument(
+        "--session",
+        action="store_true",
+        help="follower: the leader's answers open a fetch session (id 1)",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="replication-cpu-") as tmp:
         if args.step == "follower":
-            measured, check = follower_step(Path(tmp), args.rounds, args.warmup)
+            measured, check = follower_step(
+                Path(tmp), args.rounds, args.warmup, args.idle, args.session
+            )
             wrapped = lambda: operator.call(measured)  # noqa: E731
         else:
             measured, check = leader_steps(Path(tmp), args.rounds, args.warmup, args.step)

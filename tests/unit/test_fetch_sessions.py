@@ -101,7 +101,7 @@ class Follower:
     def fetch(self, *, lose_answer: bool = False, max_wait_ms: int = 0) -> Any:
         wanted = {tp: (0, self.end[tp], 0) for tp in TPS}
         if self.handler is not None:
-            plan = self.handler.build(wanted)
+            plan = self.handler.build(wanted, TPS)
             body = encode_follower_fetch(
                 self.node_id,
                 max_wait_ms,
@@ -215,11 +215,11 @@ def test_a_forgotten_partition_is_not_answered(broker: Broker) -> None:
     handler = follower.handler
     assert handler is not None
     wanted = {tp: (0, 0, 0) for tp in TPS[:2]}
-    plan = handler.build(wanted)
+    plan = handler.build(wanted, TPS)
     assert plan.topics == [] and plan.forgotten == [("data", [2, 3])]
     handler.failed()  # not sent: the next request is full
     full = [FollowerFetchPartition(p, 0, 0, 0, 1 << 20) for p in (0, 1)]
-    assert handler.build(wanted).topics == [("data", full)]
+    assert handler.build(wanted, ()).topics == [("data", full)]
     session = cache.get(handler.session_id, 0)
     assert session is not None and len(session.layout()[1]) == PARTITIONS
 
@@ -267,7 +267,7 @@ def test_a_lost_leadership_is_answered_on_an_idle_partition(broker: Broker) -> N
 
 
 def _raw_fetch(broker: Broker, handler: FetchSessionHandler, follower: Follower) -> Any:
-    plan = handler.build({tp: (0, follower.end[tp], 0) for tp in TPS})
+    plan = handler.build({tp: (0, follower.end[tp], 0) for tp in TPS}, TPS)
     body = encode_follower_fetch(
         2, 0, 1, 1 << 24, plan.topics, plan.session_id, plan.session_epoch, plan.forgotten
     )

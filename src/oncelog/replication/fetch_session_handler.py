@@ -14,6 +14,7 @@ again, closing the old session if there was one.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 from oncelog.errors import ErrorCode
@@ -44,7 +45,7 @@ Position = tuple[int, int, int]
 
 
 class FetchSessionHandler:
-    __slots__ = ("_pending", "_sent", "epoch", "partition_max_bytes", "session_id")
+    __slots__ = ("_full", "_pending", "_sent", "epoch", "partition_max_bytes", "session_id")
 
     def __init__(self, partition_max_bytes: int) -> None:
         self.partition_max_bytes = partition_max_bytes
@@ -53,26 +54,41 @@ class FetchSessionHandler:
         self.epoch = INITIAL_EPOCH
         #: What the leader's session holds, as far as its last answer confirmed.
         self._sent: dict[TopicPartition, Position] = {}
-        #: What the session will hold once the request in flight is answered.
-        self._pending: dict[TopicPartition, Position] = {}
+        #: The request in flight: all it names (full) or what it changes (None: forgotten).
+        self._pending: dict[TopicPartition, Position | None] = {}
+        self._full = True
 
-    def build(self, wanted: dict[TopicPartition, Position]) -> FetchPlan:
-        """The next request for the partitions to fetch now, at their current positions."""
-        self._pending = wanted
-        full = self.epoch == INITIAL_EPOCH
+    def build(
+        self, wanted: Mapping[TopicPartition, Position], changed: Iterable[TopicPartition]
+    ) -> FetchPlan:
+        """The next request for `wanted`, every partition to fetch now at its position.
+        `changed`: the partitions whose position may differ from the previous request's, or
+        that joined or left since; only they are looked at for an incremental request."""
+        full = self._full = self.epoch == INITIAL_EPOCH
         topics: dict[str, list[FollowerFetchPartition]] = {}
         forgotten: dict[str, list[int]] = {}
-        sent = self._sent
         max_bytes = self.partition_max_bytes
-        for tp, position in wanted.items():
-            if full or sent.get(tp) != position:
-                epoch, offset, start = position
-                part = FollowerFetchPartition(tp.partition, epoch, offset, start, max_bytes)
-                topics.setdefault(tp.topic, []).append(part)
-        if not full:
-            for tp in sent:
-                if tp not in wanted:
-                    forgotten.setdefault(tp.topic, []).append(tp.partition)
+        pending: dict[TopicPartition, Position | None] = {}
+        if full:
+            pending.update(wanted)
+            listed: Iterable[TopicPartition] = wanted
+        else:
+            sent = self._sent
+            listed = []
+            for tp in changed:
+                position = wanted.get(tp)
+                if position is None:
+                    if tp in sent:
+                        pending[tp] = None
+                        forgotten.setdefault(tp.topic, []).append(tp.partition)
+                elif sent.get(tp) != position:
+                    pending[tp] = position
+                    listed.append(tp)
+        for tp in listed:
+            epoch, offset, start = wanted[tp]
+            part = FollowerFetchPartition(tp.partition, epoch, offset, start, max_bytes)
+            topics.setdefault(tp.topic, []).append(part)
+        self._pending = pending
         return FetchPlan(
             self.session_id, self.epoch, list(topics.items()), list(forgotten.items())
         )
@@ -83,14 +99,22 @@ class FetchSessionHandler:
             self._restart(close=False)
         elif error_code != ErrorCode.none:
             self._restart(close=True)
-        elif self.epoch == INITIAL_EPOCH:
+        elif self._full:
             self.session_id = session_id
-            # No slot on the leader (id 0): the next request is full again and asks anew.
-            self.epoch = 1 if session_id != INVALID_SESSION_ID else INITIAL_EPOCH
-            self._sent = self._pending if session_id != INVALID_SESSION_ID else {}
+            if session_id == INVALID_SESSION_ID:
+                # No slot on the leader: the next request is full again and asks anew.
+                self._restart(close=False)
+                return
+            self.epoch = 1
+            self._sent = {tp: p for tp, p in self._pending.items() if p is not None}
         else:
             self.epoch = self.epoch + 1 if self.epoch < _MAX_EPOCH else 1
-            self._sent = self._pending
+            sent = self._sent
+            for tp, position in self._pending.items():
+                if position is None:
+                    sent.pop(tp, None)
+                else:
+                    sent[tp] = position
 
     def failed(self) -> None:
         """The request or its answer was lost (a broken connection, a timeout): the leader's

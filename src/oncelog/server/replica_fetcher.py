@@ -72,13 +72,11 @@ class ReplicaFetcher:
         self.timeout_s = config.get_int("replica.socket.timeout.ms") / 1000
         #: TLS / SASL to the leaders' inter-broker listener (set by the cluster runtime).
         self.security: ChannelSecurity | None = None
-        self._following: dict[int, set[TopicPartition]] = {}
+        self._links: dict[int, _Link] = {}
         self._loops: dict[int, asyncio.Task[None]] = {}
         self._kick: dict[int, asyncio.Event] = {}
         #: Leaders whose last round had a partition error: back off before the next one.
         self._errored: set[int] = set()
-        #: Our fetch session with each leader (KIP-227).
-        self._sessions: dict[int, FetchSessionHandler] = {}
 
     def follow(self, replica: Partition) -> None:
         """Fetch `replica` from its current leader (after truncating against it)."""
@@ -87,15 +85,21 @@ class ReplicaFetcher:
         if follower is None:
             return
         leader_id = follower.leader_id
-        self._following.setdefault(leader_id, set()).add(replica.tp)
+        link = self._links.get(leader_id)
+        if link is None:
+            link = self._links[leader_id] = _Link(self.partition_max_bytes)
+        link.following.add(replica.tp)
+        link.dirty.add(replica.tp)
         if leader_id not in self._loops:
             self._kick[leader_id] = asyncio.Event()
             self._loops[leader_id] = asyncio.create_task(self._run(leader_id))
         self._kick[leader_id].set()
 
     def unfollow(self, tp: TopicPartition) -> None:
-        for tps in self._following.values():
-            tps.discard(tp)
+        for link in self._links.values():
+            if tp in link.following:
+                link.following.discard(tp)
+                link.dirty.add(tp)
 
     def broker_changed(self) -> None:
         """A broker (re)registered: retry loops that were backing off."""
@@ -115,10 +119,10 @@ class ReplicaFetcher:
     async def _run(self, leader_id: int) -> None:
         channel: BrokerChannel | None = None
         kick = self._kick[leader_id]
+        link = self._links[leader_id]
         while True:
-            replicas = self._replicas_of(leader_id)
             address = self.address_of(leader_id)
-            if not replicas or address is None:
+            if not link.following or address is None:
                 kick.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(kick.wait(), self.backoff_s)
@@ -135,13 +139,7 @@ class ReplicaFetcher:
                     self.security,
                 )
             try:
-                truncating = [r for r in replicas if _phase(r) == FollowerPhase.TRUNCATING]
-                if truncating:
-                    await self._truncate(channel, truncating)
-                fetching = [r for r in replicas if _phase(r) == FollowerPhase.FETCHING]
-                if fetching:
-                    await self._fetch(channel, leader_id, fetching)
-                elif not truncating:
+                if not await self._round(channel, leader_id, link):
                     kick.clear()
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(kick.wait(), self.backoff_s)
@@ -159,15 +157,17 @@ class ReplicaFetcher:
                 log.exception("replica fetcher for leader %d failed; retrying", leader_id)
                 await asyncio.sleep(self.backoff_s)
 
-    def _replicas_of(self, leader_id: int) -> list[Partition]:
-        out = []
-        for tp in list(self._following.get(leader_id, ())):
-            replica = self.replicas.replicas_by_tp.get(tp)
-            if replica is not None and _follows(replica, leader_id):
-                out.append(replica)
-            else:
-                self._following[leader_id].discard(tp)
-        return out
+    async def _round(self, channel: BrokerChannel, leader_id: int, link: _Link) -> bool:
+        """Truncate what must be, then fetch; False when there was nothing to do."""
+        truncating = link.refresh(self.replicas.replicas_by_tp, leader_id, _monotonic())
+        if truncating:
+            await self._truncate(channel, truncating)
+            link.dirty.update(r.tp for r in truncating)
+            link.refresh(self.replicas.replicas_by_tp, leader_id, _monotonic())
+        if link.fetching:
+            await self._fetch(channel, leader_id, link)
+            return True
+        return bool(truncating)
 
     async def _truncate(self, channel: BrokerChannel, replicas: list[Partition]) -> None:
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -220,22 +220,11 @@ class ReplicaFetcher:
                     plog.truncate_to(offset)
                 follower.move(FollowerPhase.FETCHING)
 
-    async def _fetch(
-        self, channel: BrokerChannel, leader_id: int, replicas: list[Partition]
-    ) -> None:
-        wanted: dict[TopicPartition, Position] = {}
-        asked: dict[TopicPartition, tuple[Partition, int, int]] = {}
-        for r in replicas:
-            assert r.follower is not None
-            plog = r.log
-            offset = plog.log_end_offset
-            epoch = r.follower.leader_epoch
-            asked[r.tp] = (r, epoch, offset)
-            wanted[r.tp] = (epoch, offset, plog.log_start_offset)
-        session = self._sessions.get(leader_id)
-        if session is None:
-            session = self._sessions[leader_id] = FetchSessionHandler(self.partition_max_bytes)
-        plan = session.build(wanted)
+    async def _fetch(self, channel: BrokerChannel, leader_id: int, link: _Link) -> None:
+        """One fetch of the partitions `link` has in the fetching phase from their leader."""
+        session = link.session
+        plan = session.build(link.positions, link.changed)
+        link.changed = set()
         request = encode_follower_fetch(
             self.node_id,
             self.wait_ms,
@@ -254,10 +243,14 @@ class ReplicaFetcher:
             response: Any = decode_fetch_response(FETCH_VERSION, frame, pos)
             if response is None:
                 response, _ = _fetch_response_reader()(frame, pos)
+            session.answered(response.error_code, response.session_id)
+            self._answer(leader_id, link, response)
         except BaseException:
+            # Whatever the leader sent may not all have been taken: start the session over.
             session.failed()
             raise
-        session.answered(response.error_code, response.session_id)
+
+    def _answer(self, leader_id: int, link: _Link, response: Any) -> None:
         if response.error_code in SESSION_ERRORS:
             log.info(
                 "replica fetcher: leader %d answered %s; fetching in full again",
@@ -266,17 +259,21 @@ class ReplicaFetcher:
             )
             return
         if response.error_code != ErrorCode.none:
-            for r in replicas:
-                self._park(r, response.error_code)
+            for parked in link.fetching.values():
+                self._park(parked, response.error_code)
+            link.dirty.update(link.fetching)
             return
         # An incremental answer carries only the partitions with news.
+        positions = link.positions
         for topic in response.responses:
             name = topic.topic
             for p in topic.partitions:
-                entry = asked.get(TopicPartition(name, p.partition_index))
-                if entry is None:
+                tp = TopicPartition(name, p.partition_index)
+                replica = link.fetching.get(tp)
+                if replica is None:
                     continue
-                replica, epoch, offset = entry
+                link.dirty.add(tp)  # its position moves, or it leaves the fetching phase
+                epoch, offset, _ = positions[tp]
                 follower = replica.follower
                 if follower is None or follower.leader_epoch != epoch:
                     continue
@@ -360,12 +357,83 @@ def _raise_if_cancelling() -> None:
         raise asyncio.CancelledError
 
 
-def _follows(replica: Partition, leader_id: int) -> bool:
-    follower = replica.follower
-    if replica.role != Role.FOLLOWER or follower is None:
-        return False
-    return follower.leader_id == leader_id
+_FETCHING = FollowerPhase.FETCHING
+_TRUNCATING = FollowerPhase.TRUNCATING
+#: Every partition of a link is looked at again this often, whatever was marked: a
+#: follower's log start moved by retention changes nothing the fetcher sees otherwise.
+SWEEP_S = 1.0
 
 
-def _phase(replica: Partition) -> FollowerPhase | None:
-    return replica.follower.phase if replica.follower is not None else None
+def _monotonic() -> float:
+    return asyncio.get_running_loop().time()
+
+
+class _Link:
+    """What this broker fetches from one leader: the partitions it follows there, those in
+    the fetching phase with their positions, and the fetch session.
+
+    A round must not cost every followed partition (`__consumer_offsets` alone has 50, nearly
+    all idle): positions are looked at again only for partitions marked `dirty`, which is
+    everything that moves them here (an answer that carried the partition, a truncation, a
+    park, `follow` and `unfollow`), and for all of them once per `SWEEP_S`.
+    """
+
+    __slots__ = ("changed", "dirty", "fetching", "following", "positions", "session", "swept")
+
+    def __init__(self, partition_max_bytes: int) -> None:
+        self.following: set[TopicPartition] = set()
+        #: Partitions whose phase or position may have changed since they were last looked at.
+        self.dirty: set[TopicPartition] = set()
+        #: The fetching ones, and where they fetch from.
+        self.fetching: dict[TopicPartition, Partition] = {}
+        self.positions: dict[TopicPartition, Position] = {}
+        #: Partitions whose position changed (or that joined or left) since the last request.
+        self.changed: set[TopicPartition] = set()
+        self.session = FetchSessionHandler(partition_max_bytes)
+        self.swept = float("-inf")
+
+    def refresh(
+        self, by_tp: dict[TopicPartition, Partition], leader_id: int, now: float
+    ) -> list[Partition]:
+        """Look again at the dirty partitions (all of them once per `SWEEP_S`); return those
+        that must truncate first. Partitions no longer following `leader_id` are let go."""
+        dirty = self.dirty
+        if now - self.swept >= SWEEP_S:
+            self.swept = now
+            dirty.update(self.following)
+            dirty.update(self.fetching)
+        if not dirty:
+            return []
+        self.dirty = set()
+        truncating: list[Partition] = []
+        following = self.following
+        fetching = self.fetching
+        positions = self.positions
+        for tp in dirty:
+            replica = by_tp.get(tp) if tp in following else None
+            follower = replica.follower if replica is not None else None
+            if (
+                follower is None
+                or follower.leader_id != leader_id
+                or replica.role is not Role.FOLLOWER  # type: ignore[union-attr]
+            ):
+                following.discard(tp)
+                phase = None
+            else:
+                phase = follower.phase
+            if phase is _FETCHING:
+                assert replica is not None and follower is not None
+                plog = replica.log
+                position = (follower.leader_epoch, plog.log_end_offset, plog.log_start_offset)
+                fetching[tp] = replica
+                if positions.get(tp) != position:
+                    positions[tp] = position
+                    self.changed.add(tp)
+                continue
+            if fetching.pop(tp, None) is not None:
+                del positions[tp]
+                self.changed.add(tp)
+            if phase is _TRUNCATING:
+                assert replica is not None
+                truncating.append(replica)
+        return truncating
