@@ -13,7 +13,7 @@ from __future__ import annotations
 import random
 import struct
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 from oncelog.broker.dispatcher import Pending, Reply
 from oncelog.broker.fetch_session import EVICTION_MS, FetchSessionCache
 from oncelog.broker.partition import ReplicaView
+from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.protocol.fast_fetch import (
     FOLLOWER_FETCH_VERSION,
@@ -98,7 +99,15 @@ class Follower:
         self.answered: list[TopicPartition] = []
         self._correlation = 0
 
-    def fetch(self, *, lose_answer: bool = False, max_wait_ms: int = 0) -> Any:
+    def fetch(
+        self,
+        *,
+        lose_answer: bool = False,
+        max_wait_ms: int = 0,
+        waited: Callable[[Delayed], Any] | None = None,
+    ) -> Any:
+        """One fetch round. A fetch that waits is answered by `waited(its Delayed)` when
+        given (what it returns, if not None), else forced at once (its deadline)."""
         wanted = {tp: (0, self.end[tp], 0) for tp in TPS}
         if self.handler is not None:
             plan = self.handler.build(wanted, TPS)
@@ -121,7 +130,10 @@ class Follower:
         frame = header + client + b"\x00" + body
         outcome = self.broker.dispatcher.dispatch(frame, f"conn-{self.node_id}")
         if isinstance(outcome, Pending):
-            outcome = Reply(outcome.finish(outcome.delayed.try_complete(True)))
+            answer = waited(outcome.delayed) if waited is not None else None
+            if answer is None:
+                answer = outcome.delayed.try_complete(True)
+            outcome = Reply(outcome.finish(answer))
         assert isinstance(outcome, Reply)
         if lose_answer:
             if self.handler is not None:
@@ -193,6 +205,28 @@ def test_an_incremental_answer_carries_only_the_partitions_with_news(broker: Bro
     other.fetch()  # broker 3 reaches 3: the HW moves
     follower.fetch()
     assert follower.answered == [TPS[2]] and follower.hw[TPS[2]] == 3
+
+
+def test_a_parked_session_fetch_tells_what_changed_while_it_waited(broker: Broker) -> None:
+    """What a wake-up found but did not answer (a new high watermark alone does not satisfy
+    min_bytes) is not taken as told: the answer that comes later carries it."""
+    follower = Follower(broker, 2, session=True)
+    other = Follower(broker, 3, session=False)
+    follower.fetch()
+    append(broker, TPS[0], 2)
+    follower.fetch()
+    assert follower.end[TPS[0]] == 2 and follower.hw[TPS[0]] == 0
+
+    def waited(delayed: Delayed) -> Any:
+        other.fetch()
+        other.fetch()  # broker 3 reaches 2 as well: the high watermark moves to 2
+        assert delayed.try_complete(False) is None
+        append(broker, TPS[3])
+        return delayed.try_complete(False)
+
+    follower.fetch(max_wait_ms=500, waited=waited)
+    assert sorted(follower.answered) == [TPS[0], TPS[3]]
+    assert follower.hw[TPS[0]] == 2 and follower.end[TPS[3]] == 1
 
 
 def test_session_errors(broker: Broker) -> None:
