@@ -13,17 +13,11 @@ from __future__ import annotations
 
 import datetime
 import struct
-from types import ModuleType
 from typing import NamedTuple
 
 from oncelog.protocol.framing import Frame
+from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.protocol.wire_reader import READ_ERRORS, NotPlain, WireReader
-
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
 
 PRODUCE = 0
 _FIRST_FLEXIBLE = 9

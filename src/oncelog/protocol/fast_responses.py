@@ -13,17 +13,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
 from oncelog.fileio import FileRegion
 from oncelog.protocol.records.record import encode_unsigned_varint
-
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
+from oncelog.protocol.records.speedups import speedups as _speedups
 
 PRODUCE = 0
 FETCH = 1

@@ -38,7 +38,6 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import NamedTuple
 
 from oncelog.clock import Clock
@@ -57,18 +56,13 @@ from oncelog.protocol.records.batch import (
 from oncelog.protocol.records.compression import batch_records, compress
 from oncelog.protocol.records.control import ControlRecordError, parse_marker
 from oncelog.protocol.records.record import decode_varint, encode_varint
+from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.storage import swap
 from oncelog.storage.offset_map import OffsetMap
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.storage.segment import LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.types import TopicPartition
-
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
 
 log = logging.getLogger(__name__)
 

@@ -20,20 +20,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from hashlib import blake2b
-from types import ModuleType
 
 from oncelog.fileio import FileRegion
 from oncelog.protocol.records.batch import BatchHeader, iter_batches, parse_header, span_batches
 from oncelog.protocol.records.compression import batch_records
+from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.storage.cleaner import _marker_kind, _rebuild, _Record, _records, _Transactions
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.storage.txn_index import AbortedTxn
-
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
 
 
 def read_latest(

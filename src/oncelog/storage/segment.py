@@ -12,7 +12,6 @@ import os
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from types import ModuleType
 
 from crc32c import crc32c
 
@@ -28,15 +27,10 @@ from oncelog.protocol.records.batch import (
     span_batches,
 )
 from oncelog.protocol.records.control import parse_marker_at
+from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.storage.offset_index import OffsetIndex
 from oncelog.storage.time_index import TimeIndex
 from oncelog.storage.txn_index import TransactionIndex
-
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
 
 _SCAN_CHUNK = 1 << 20
 #: Index entries hold offsets relative to the segment's base as int32, as Kafka's do; a batch

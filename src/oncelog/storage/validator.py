@@ -12,7 +12,6 @@ same C walk, as Kafka refuses a record without a key there: the cleaner could ne
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import NamedTuple
 
 from oncelog.errors import (
@@ -34,12 +33,7 @@ from oncelog.protocol.records.batch import (
 )
 from oncelog.protocol.records.compression import Codec, DecompressionError, decompress
 from oncelog.protocol.records.record import KeylessRecordsError, RecordFormatError, check_records
-
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
+from oncelog.protocol.records.speedups import speedups as _speedups
 
 _MIN_LEGACY_LENGTH = 14  # the smallest magic v0 message after its offset and length
 

@@ -16,16 +16,11 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from types import ModuleType
 from typing import NamedTuple
 
 from crc32c import crc32c
 
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
+from oncelog.protocol.records.speedups import speedups as _speedups
 
 HEADER_SIZE = 61
 LOG_OVERHEAD = 12  # baseOffset + batchLength precede the part batchLength counts

@@ -9,7 +9,6 @@ control records; read_committed consumers use them to drop aborted data.
 from __future__ import annotations
 
 import struct
-from types import ModuleType
 
 from oncelog.protocol.records.batch import (
     CONTROL_FLAG,
@@ -20,12 +19,7 @@ from oncelog.protocol.records.batch import (
     parse_header,
 )
 from oncelog.protocol.records.record import RecordFormatError, decode_varint, encode_record
-
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
+from oncelog.protocol.records.speedups import speedups as _speedups
 
 ABORT = 0
 COMMIT = 1

@@ -8,13 +8,8 @@ key (varint length, -1 = null) | value (same) | header count varint | headers.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
 
-_speedups: ModuleType | None
-try:
-    from oncelog.protocol.records import _speedups
-except ImportError:  # the C extension is optional
-    _speedups = None
+from oncelog.protocol.records.speedups import speedups as _speedups
 
 
 class RecordFormatError(ValueError):
