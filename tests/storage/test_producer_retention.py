@@ -6,9 +6,10 @@ from pathlib import Path
 
 from oncelog.clock import ManualClock
 from oncelog.config import LogConfig
+from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import build_batch
 from oncelog.protocol.records.record import encode_record
-from oncelog.storage.partition_log import PartitionLog
+from oncelog.storage.partition_log import PartitionLog, ProducerSettings
 from tests.storage.util import T0, TP, validated
 
 
@@ -41,3 +42,23 @@ def test_duplicate_detected_after_retention_deleted_the_batch(tmp_path: Path) ->
     retry = plog.append(validated(idempotent(2, T0)), 0)
     assert retry.duplicate and retry.base_offset == 2
     assert plog.log_end_offset == 3
+
+
+def test_a_closed_log_gives_its_producers_tracker_slots_back(tmp_path: Path) -> None:
+    """A reopened log (after a failed cleaner swap, say) holds its producers once."""
+    clock = ManualClock(wall_ms=T0)
+    producers = ProducerSettings(tracker=ProducerTracker())
+    plog = PartitionLog.load(
+        tmp_path / "t-0", TP, LogConfig(), clock, clean=True, producers=producers
+    )
+    plog.append(validated(idempotent(0, T0)), 0)
+    assert len(producers.tracker) == 1
+    plog.close()
+    assert len(producers.tracker) == 0
+    plog = PartitionLog.load(
+        tmp_path / "t-0", TP, LogConfig(), clock, clean=True, producers=producers
+    )
+    assert len(producers.tracker) == 1  # from the snapshot close took
+    with_retry = plog.append(validated(idempotent(0, T0)), 0)
+    assert with_retry.base_offset == 0  # still known: the retry is a duplicate
+    plog.close()

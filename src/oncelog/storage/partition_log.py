@@ -1445,6 +1445,9 @@ class PartitionLog:
         if flush:
             self.flush()
             self.producer_state.take_snapshot(self.directory)
+        # The broker-wide tracker's slots go back (a log reopened after a failed cleaner swap
+        # would otherwise hold its producers twice, and keep this object alive).
+        self.producer_state.clear()
         self.leader_epoch_cache.close(flush=flush)
         for segment in self.segments:
             segment.close()
