@@ -1,21 +1,27 @@
 """WriteTxnMarkers when the disk refuses a marker: that partition answers KAFKA_STORAGE_ERROR
 (the sender retries), the request's other partitions are written and answered, and nothing
-escapes the handler (an escaping error closed the whole request before)."""
+escapes the handler (an escaping error closed the whole request before). A marker on a
+partition whose ISR is its leader alone commits at once."""
 
 from __future__ import annotations
 
 import errno
+import uuid
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from oncelog.broker.dispatcher import Reply
 from oncelog.broker.handlers import write_txn_markers
+from oncelog.broker.partition import ReplicaView
 from oncelog.errors import ErrorCode
+from oncelog.protocol.registry import ApiKey
 from oncelog.types import TopicPartition
-from tests.storage.test_transactions import produce
-from tests.storage.util import open_log
+from tests.storage.test_transactions import produce, txn_batch
+from tests.storage.util import open_log, validated
+from tests.unit.metrics_broker import Broker
 
 
 def test_a_marker_the_disk_refuses_is_a_storage_error_for_that_partition_only(
@@ -59,3 +65,39 @@ def test_a_marker_the_disk_refuses_is_a_storage_error_for_that_partition_only(
     assert logs[TopicPartition("t", 1)].last_stable_offset == 3
     for plog in logs.values():
         plog.close()
+
+
+def test_a_marker_on_a_partition_led_alone_commits_at_once(tmp_path: Path) -> None:
+    """In a cluster a replication factor 1 partition (ISR: its leader) has no follower whose
+    fetch would move the high watermark: the marker's append must (as a produce's does), or
+    the coordinator waits for an answer that never comes and the producer's next
+    transaction with it."""
+    broker = Broker(tmp_path, **{"etcd.connect": "http://127.0.0.1:2379", "node.id": "1"})
+    try:
+        tp = TopicPartition("t", 0)
+        broker.replicas.apply_topic("t", uuid.uuid4(), ((1,),), {}, False)
+        broker.replicas.apply_partition_state(tp, ReplicaView(1, 0, (1,), 0, (1,), 1))
+        plog = broker.replicas.partition(tp)
+        plog.append(validated(txn_batch(7, 0, 0)), 0)
+        broker.replicas.leader_appended(tp)  # what the produce path does
+        assert plog.high_watermark == 2
+        outcome, _ = broker.dispatch(
+            ApiKey.WRITE_TXN_MARKERS,
+            1,
+            {
+                "markers": [
+                    {
+                        "producer_id": 7,
+                        "producer_epoch": 0,
+                        "transaction_result": True,
+                        "topics": [{"name": "t", "partition_indexes": [0]}],
+                        "coordinator_epoch": 0,
+                    }
+                ]
+            },
+        )
+        assert plog.high_watermark == plog.log_end_offset == 3
+        assert plog.last_stable_offset == 3
+        assert isinstance(outcome, Reply)  # answered at once, not waiting for the HW
+    finally:
+        broker.close()

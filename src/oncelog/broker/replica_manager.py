@@ -334,8 +334,7 @@ class ReplicaManager:
         if not info.duplicate:
             self.appended(tp.topic, len(records), validated.record_count)
         if self.clustered:
-            # An ISR of the leader alone commits at once.
-            self.replicas_by_tp[tp].maybe_advance_high_watermark()
+            self.leader_appended(tp)
             if coordinator:
                 self.coordinator_writes.append((tp, info.last_offset + 1, leader_epoch))
         return info
@@ -390,6 +389,14 @@ class ReplicaManager:
         if self._in_open_transaction(plog, header.producer_id, header.producer_epoch):
             return None
         return header.producer_id, header.producer_epoch
+
+    def leader_appended(self, tp: TopicPartition) -> None:
+        """The leader wrote to `tp` (a produce, a transaction marker): an ISR of the leader
+        alone commits it at once; with followers in the ISR their fetches move the high
+        watermark."""
+        replica = self.replicas_by_tp.get(tp)
+        if replica is not None:
+            replica.maybe_advance_high_watermark()
 
     def notify_appended(self, tps: list[TopicPartition]) -> None:
         if tps:

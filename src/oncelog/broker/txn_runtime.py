@@ -272,6 +272,8 @@ class TxnRuntime:
         except (KafkaError, OSError) as exc:
             log.error("cannot write transaction marker to %s: %s", marker.tp, exc)
             return None
+        if self.clustered:
+            self.replicas.leader_appended(marker.tp)
         self.on_offsets_marker(marker)
         return True
 

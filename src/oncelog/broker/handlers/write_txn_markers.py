@@ -51,6 +51,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                         )
                         touched.append(tp)
                         if replicas.clustered:
+                            replicas.leader_appended(tp)
                             # Answered once replicated (the dispatcher waits for the HW).
                             replicas.coordinator_writes.append((tp, info.last_offset + 1, epoch))
                         # Offsets staged by TxnOffsetCommit are decided by this marker.
