@@ -79,8 +79,16 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     if ready is not None:
         return ready
     if fetch.follower_session:
-        # Its idle partitions cost next to nothing to try again: no `_Waiting` walk.
-        return Delayed(attempt, ctx.broker.clock.monotonic_ms() + max_wait, tps)
+        # Woken by every high-watermark move of its partitions (an acks=all produce moves it
+        # once per follower fetch), which adds no bytes: read again only when a partition has
+        # records past the follower's position, or its log start or leadership moved.
+
+        def woken_follower(force: bool) -> dict[str, Any] | None:
+            if not force and not fetch.may_have_records():
+                return None
+            return attempt(force)
+
+        return Delayed(woken_follower, ctx.broker.clock.monotonic_ms() + max_wait, tps)
     waiting = _Waiting(ctx, follower, fetch.read_committed, topics)
 
     def woken(force: bool) -> dict[str, Any] | None:
@@ -313,6 +321,25 @@ class _Fetch:
             if partitions or not self.incremental:
                 responses.append({"topic": name, "partitions": partitions})
         return _response(session, responses), total, errors
+
+    def may_have_records(self) -> bool:
+        """For a parked follower session fetch: whether reading again could answer it (a
+        partition with records past the follower's position, or one whose log start or
+        leadership changed since the last answer); a cheap walk, no reads."""
+        by_tp = self.ctx.broker.replicas.replicas_by_tp
+        for _, parts in self.topics:
+            for p in parts:
+                replica = by_tp.get(p.tp)
+                if p.sent_follower is None or replica is None:
+                    return True
+                if replica.leader is not p.sent_leader:
+                    return True
+                plog = replica.log
+                if p.fetch_offset != plog.log_end_offset:
+                    return True
+                if plog.log_start_offset != p.sent_log_start:
+                    return True
+        return False
 
     def _read(self, tp: TopicPartition, p: Any, limit: int, first: bool) -> ReadResult:
         replicas = self.ctx.broker.replicas
