@@ -70,20 +70,35 @@ def test_batch_larger_than_segment_bytes_goes_into_an_empty_segment(tmp_path: Pa
     plog.close()
 
 
-def test_roll_by_time_with_the_clock(tmp_path: Path) -> None:
+def test_roll_by_time_counts_batch_timestamps_not_the_clock(tmp_path: Path) -> None:
+    """Kafka's rule: with timestamps in the batches, the time a segment waited to roll is the
+    new batch's timestamp minus its first batch's, whatever the wall clock says."""
     clock = ManualClock(T0)
     plog = open_log(tmp_path, LogConfig(segment_ms=1000), clock)
-    append(plog, [b"x" * 10], timestamp=clock.wall_ms())
-    clock.advance(1000)  # exactly segment.ms: not yet
     append(plog, [b"x" * 10], timestamp=T0)
+    clock.advance(10_000)  # long past segment.ms on the clock
+    append(plog, [b"x" * 10], timestamp=T0 + 1000)  # exactly segment.ms: not yet
     assert [s.base_offset for s in plog.segments] == [0]
-    clock.advance(1)
-    append(plog, [b"x" * 10], timestamp=T0)
-    assert [s.base_offset for s in plog.segments] == [0, 2]
-    # the new segment's clock starts at its first batch (timestamp T0, now T0 + 1001)
     append(plog, [b"x" * 10], timestamp=T0 + 1001)
-    assert [s.base_offset for s in plog.segments] == [0, 2, 3]
-    assert segment_files(plog.directory) == _names(0, 2, 3)
+    assert [s.base_offset for s in plog.segments] == [0, 2]
+    # the new segment's time starts at its first batch (timestamp T0 + 1001)
+    append(plog, [b"x" * 10], timestamp=T0 + 2001)
+    assert [s.base_offset for s in plog.segments] == [0, 2]
+    append(plog, [b"x" * 10], timestamp=T0 + 2002)
+    assert [s.base_offset for s in plog.segments] == [0, 2, 4]
+    assert segment_files(plog.directory) == _names(0, 2, 4)
+    plog.close()
+
+
+def test_old_timestamps_do_not_roll_a_segment_per_append(tmp_path: Path) -> None:
+    """Records stamped long ago (a replay of history, a mirrored topic) stay in one segment:
+    comparing them to the wall clock would roll, and open three files, at every append."""
+    clock = ManualClock(T0)
+    plog = open_log(tmp_path, LogConfig(segment_ms=1000), clock)
+    old = T0 - 30 * 24 * 3_600_000
+    for i in range(20):
+        append(plog, [b"x" * 10], timestamp=old + i)
+    assert [s.base_offset for s in plog.segments] == [0]
     plog.close()
 
 

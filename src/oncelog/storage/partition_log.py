@@ -427,8 +427,11 @@ class PartitionLog:
         duplicate = self._find_duplicate(records) if check_sequence else None
         if duplicate is not None:
             return duplicate
-        first_ts = records.batches[0][1].max_timestamp
-        self._maybe_roll(len(records.data), first_ts, records)
+        if self.config.message_timestamp_type == "LogAppendTime":
+            max_ts = self.clock.wall_ms()
+        else:
+            max_ts = max(header.max_timestamp for _, header in records.batches)
+        self._maybe_roll(len(records.data), max_ts, records)
         self._assign_epoch(leader_epoch, self.log_end_offset)
         source = memoryview(records.data)
         pieces: list[bytes | bytearray | memoryview] = []
@@ -972,8 +975,8 @@ class PartitionLog:
 
     @staticmethod
     def _rolling_timestamp(seg: LogSegment) -> int:
-        """Kafka's rule: the first batch's timestamp, or when the segment was created."""
-        return seg.first_batch_timestamp if seg.first_batch_timestamp >= 0 else seg.created_ms
+        """The first batch's (max) timestamp, -1 when it has none (`_roll_due`)."""
+        return seg.first_batch_timestamp
 
     def _roll_due(
         self,
@@ -985,10 +988,19 @@ class PartitionLog:
         index_entries: int,
     ) -> bool:
         """Whether a non-empty `seg` must roll before a write that would make it `size_after`
-        bytes, ending at `end_offset`, of batches up to `max_timestamp`."""
+        bytes, ending at `end_offset`, of batches up to `max_timestamp`.
+
+        Kafka's time rule (`LogSegment.timeWaitedForRoll`): when the segment's first batch has
+        a timestamp (`rolling_ts`), the new batches' timestamp minus it; otherwise the wall
+        clock since the segment was created. Not the wall clock against an old first
+        timestamp: records with old timestamps (a replay of history) would then roll a
+        segment per append."""
         too_big = size_after > self.config.segment_bytes
-        now = self.clock.wall_ms()
-        too_old = rolling_ts >= 0 and max(now, max_timestamp) - rolling_ts > self._max_segment_ms()
+        if rolling_ts >= 0:
+            waited = max_timestamp - rolling_ts
+        else:
+            waited = self.clock.wall_ms() - seg.created_ms
+        too_old = waited > self._max_segment_ms()
         index_full = (index_entries + 1) * 8 > self.config.segment_index_bytes
         offset_overflow = end_offset - seg.base_offset > INT32_MAX
         return too_big or too_old or index_full or offset_overflow
