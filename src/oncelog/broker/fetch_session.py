@@ -130,15 +130,9 @@ class CachedPartition:
 
 
 def _cached(tp: TopicPartition, p: Any) -> CachedPartition:
-    return CachedPartition(
-        tp,
-        p.partition,
-        p.current_leader_epoch,
-        p.fetch_offset,
-        p.last_fetched_epoch,
-        p.log_start_offset,
-        p.partition_max_bytes,
-    )
+    cached = CachedPartition(tp, p.partition, -1, -1, -1, -1, 0)
+    cached.update(p)
+    return cached
 
 
 @dataclass(slots=True, eq=False)
