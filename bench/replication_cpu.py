@@ -11,7 +11,9 @@ counts only it (divide by `--rounds`; the script prints the divisor). Without va
 script reports wall time per round and, with `--profile FILE`, writes a cProfile of the
 measured part.
 
-Steps (6 partitions, one idempotent 100-record batch of 100 B values per partition):
+Steps (by default 6 partitions, one idempotent 100-record batch of 100 B values per
+partition; `--partitions`, `--records`, `--value` change that, e.g. `--partitions 1
+--records 1 --value 1024` for the latency benchmark's one-message requests):
 
 - `follower`: a follower's fetch round: the Fetch request is encoded and "sent", the leader's
   answer (a prepared frame, 6 batches) is read, decoded and appended
@@ -72,10 +74,20 @@ PID = 1000
 FETCH_V = 12
 PRODUCE_V = 9
 
-_BODY = b"".join(
-    encode_record(offset_delta=i, key=None, value=bytes([65 + i % 26]) * VALUE)
-    for i in range(RECORDS)
-)
+_BODY = b""
+
+
+def _set_shape(partitions: int, records: int, value: int) -> None:
+    """The workload's shape (`--partitions`, `--records`, `--value`)."""
+    global PARTITIONS, RECORDS, VALUE, _BODY
+    PARTITIONS, RECORDS, VALUE = partitions, records, value
+    _BODY = b"".join(
+        encode_record(offset_delta=i, key=None, value=bytes([65 + i % 26]) * VALUE)
+        for i in range(RECORDS)
+    )
+
+
+_set_shape(PARTITIONS, RECORDS, VALUE)
 
 
 def batch(base_offset: int, seq: int, leader_epoch: int = 0) -> bytes:
@@ -391,7 +403,11 @@ def main() -> None:
         action="store_true",
         help="follower: the leader's answers open a fetch session (id 1)",
     )
+    parser.add_argument("--partitions", type=int, default=PARTITIONS, help="busy partitions")
+    parser.add_argument("--records", type=int, default=RECORDS, help="records per batch")
+    parser.add_argument("--value", type=int, default=VALUE, help="bytes per record value")
     args = parser.parse_args()
+    _set_shape(args.partitions, args.records, args.value)
     with tempfile.TemporaryDirectory(prefix="replication-cpu-") as tmp:
         if args.step == "follower":
             measured, check = follower_step(
