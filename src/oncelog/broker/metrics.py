@@ -89,24 +89,19 @@ class BrokerMetrics:
         )
         self._appends = _AppendCounters()
         r.register(self._appends)
-        self._bytes_out = Counter(
-            "oncelog_bytes_out",
-            "Record bytes sent in Fetch responses to consumers, per topic.",
-            ["topic"],
-            registry=r,
+        self._bytes_out = _TopicBytes(
+            "oncelog_bytes_out", "Record bytes sent in Fetch responses to consumers, per topic."
         )
-        self._replication_bytes_out = Counter(
+        self._replication_bytes_out = _TopicBytes(
             "oncelog_replication_bytes_out",
             "Record bytes sent in Fetch responses to follower brokers, per topic.",
-            ["topic"],
-            registry=r,
         )
-        self._replication_bytes_in = Counter(
+        self._replication_bytes_in = _TopicBytes(
             "oncelog_replication_bytes_in",
             "Record bytes this broker stored as a follower, per topic.",
-            ["topic"],
-            registry=r,
         )
+        for counter in (self._bytes_out, self._replication_bytes_out, self._replication_bytes_in):
+            r.register(counter)
         self._flush = Histogram(
             "oncelog_log_flush_duration_seconds",
             "Time one fsync of a log segment (with its indexes) took.",
@@ -166,17 +161,12 @@ class BrokerMetrics:
         if api_key == ApiKey.PRODUCE:
             codes = _produce_error_codes(answer)
         elif api_key == ApiKey.FETCH:
-            codes = _fetch_error_codes(answer)
+            counter = self._replication_bytes_out if follower else self._bytes_out
+            codes = _count_fetch(answer, counter)
         else:
             codes = _error_codes(answer)
         for code in codes:
             self._errors.labels(name, error_label(code)).inc()
-        if api_key == ApiKey.FETCH:
-            counter = self._replication_bytes_out if follower else self._bytes_out
-            for topic in answer.get("responses") or ():
-                size = sum(len(p.get("records") or b"") for p in topic.get("partitions") or ())
-                if size:
-                    counter.labels(topic.get("topic") or "").inc(size)
 
     def record_error(self, api_key: int, code: int) -> None:
         self._errors.labels(api_name(api_key), error_label(code)).inc()
@@ -193,7 +183,7 @@ class BrokerMetrics:
 
     def record_replicated(self, topic: str, size: int) -> None:
         if size:
-            self._replication_bytes_in.labels(topic).inc(size)
+            self._replication_bytes_in.add(topic, size)
 
     def time_flush(self, flush: Callable[[], None]) -> None:
         """Run one segment fsync for storage and time it (storage reads no clock itself)."""
@@ -284,6 +274,30 @@ class _AppendCounters(Collector):
         yield records
 
 
+class _TopicBytes(Collector):
+    """A per-topic byte counter kept as plain integers, as `_AppendCounters`: it moves with
+    every Fetch answer and every follower append, where a prometheus-client child took a lock
+    and a label lookup each time."""
+
+    def __init__(self, name: str, documentation: str) -> None:
+        self.name = name
+        self.documentation = documentation
+        #: topic -> [bytes, created (unix seconds)]
+        self.by_topic: dict[str, list[Any]] = {}
+
+    def add(self, topic: str, size: int) -> None:
+        counts = self.by_topic.get(topic)
+        if counts is None:
+            counts = self.by_topic[topic] = [0, time.time()]
+        counts[0] += size
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily(self.name, self.documentation, labels=["topic"])
+        for topic, (size, created) in list(self.by_topic.items()):
+            family.add_metric([topic], size, created=created)
+        yield family
+
+
 def _samples(metric: Any, suffix: str) -> list[Any]:
     return [
         sample
@@ -304,13 +318,18 @@ def _produce_error_codes(answer: Mapping[str, Any]) -> list[int]:
     ]
 
 
-def _fetch_error_codes(answer: Mapping[str, Any]) -> list[int]:
-    """`_error_codes` of a Fetch answer: the top-level code and each partition's."""
+def _count_fetch(answer: Mapping[str, Any], counter: _TopicBytes) -> list[int]:
+    """`_error_codes` of a Fetch answer (the top-level code and each partition's), and its
+    record bytes per topic added to `counter`, in one walk."""
     found = [int(answer["error_code"])] if answer.get("error_code") else []
     for topic in answer.get("responses") or ():
+        size = 0
         for partition in topic.get("partitions") or ():
             if partition.get("error_code"):
                 found.append(int(partition["error_code"]))
+            size += len(partition.get("records") or b"")
+        if size:
+            counter.add(topic.get("topic") or "", size)
     return found
 
 
