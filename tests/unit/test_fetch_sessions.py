@@ -20,9 +20,14 @@ from typing import Any
 import pytest
 
 from oncelog.broker.dispatcher import Pending, Reply
-from oncelog.broker.fetch_session import EVICTION_MS, FetchSessionCache
+from oncelog.broker.fetch_session import (
+    EVICTION_MS,
+    SWEEP_MS,
+    CachedPartition,
+    FetchSessionCache,
+)
 from oncelog.broker.partition import ReplicaView
-from oncelog.broker.purgatory import Delayed
+from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.errors import ErrorCode
 from oncelog.protocol.fast_fetch import (
     FOLLOWER_FETCH_VERSION,
@@ -66,11 +71,13 @@ def leader(root: Path) -> Broker:
 
 
 def append(broker: Broker, tp: TopicPartition, n: int = 1) -> None:
+    """`n` batches at the log end, reported as the produce handler reports its appends."""
     plog = broker.replicas.partition(tp)
     for _ in range(n):
         data = bytearray(batch([b"v"]))
         data[0:8] = plog.log_end_offset.to_bytes(8, "big")
         plog.append_as_stored(bytes(data))
+    broker.replicas.notify_appended([tp])
 
 
 def end_of(records: memoryview | bytes) -> int:
@@ -343,8 +350,9 @@ def test_a_session_follower_knows_what_a_full_fetcher_knows(tmp_path: Path, seed
                 plog = leaders[0].replicas.partition(tp)
                 if plog.high_watermark > plog.log_start_offset:
                     to = rng.randint(plog.log_start_offset, plog.high_watermark)
-                    for b in leaders:
+                    for b in leaders:  # as DeleteRecords does it
                         b.replicas.partition(tp).delete_records_before(to)
+                        b.replicas.notify_appended([tp])
             elif action < 0.55:
                 mine.fetch(lose_answer=True)
                 full.fetch(lose_answer=True)
@@ -359,3 +367,132 @@ def test_a_session_follower_knows_what_a_full_fetcher_knows(tmp_path: Path, seed
     finally:
         for b in leaders:
             b.close()
+
+
+# -- quiet partitions: a follower's fetch costs what moved -------------------------------------
+
+
+def _quiet_follower(broker: Broker) -> Follower:
+    """Broker 2 on a session, caught up everywhere and told everything: all partitions quiet."""
+    follower = Follower(broker, 2, session=True)
+    other = Follower(broker, 3, session=True)
+    follower.fetch()
+    other.fetch()
+    follower.fetch()
+    follower.fetch()
+    return follower
+
+
+def _looked_at(monkeypatch: pytest.MonkeyPatch) -> list[TopicPartition]:
+    """The partitions judged by `idle_for` from now on."""
+    judged: list[TopicPartition] = []
+    real = CachedPartition.idle_for
+
+    def counted(self: CachedPartition, *args: Any) -> bool:
+        judged.append(self.tp)
+        return real(self, *args)
+
+    monkeypatch.setattr(CachedPartition, "idle_for", counted)
+    return judged
+
+
+def test_quiet_partitions_are_looked_at_only_when_reported_or_swept(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    follower = _quiet_follower(broker)
+    broker.clock.advance(SWEEP_MS)
+    follower.fetch()  # a sweep: every partition judged, all quiet
+    judged = _looked_at(monkeypatch)
+    for _ in range(3):
+        follower.fetch()
+    assert judged == []  # nothing reported, no sweep due: none looked at
+    append(broker, TPS[1])
+    follower.fetch()
+    assert judged == [TPS[1]] and follower.answered == [TPS[1]]
+    judged.clear()
+    broker.clock.advance(SWEEP_MS)
+    follower.fetch()
+    assert sorted(judged) == TPS  # the sweep
+
+
+def test_what_no_report_covers_is_told_by_the_sweep(broker: Broker) -> None:
+    follower = _quiet_follower(broker)
+    other = Follower(broker, 3, session=True)
+    append(broker, TPS[0], 4)
+    for _ in range(3):  # both followers reach 4, the high watermark follows, broker 2 is told
+        follower.fetch()
+        other.fetch()
+    assert follower.hw[TPS[0]] == 4
+    follower.fetch()
+    # Retention moves the log start without a report (DeleteRecords reports it).
+    broker.replicas.partition(TPS[0]).delete_records_before(2)
+    follower.fetch()
+    assert follower.start[TPS[0]] == 0  # not yet: the partition is quiet
+    broker.clock.advance(SWEEP_MS)
+    follower.fetch()
+    assert follower.answered == [TPS[0]] and follower.start[TPS[0]] == 2
+
+
+def test_a_parked_follower_fetch_waits_on_its_session_and_wakes_on_any_partition(
+    broker: Broker,
+) -> None:
+    follower = _quiet_follower(broker)
+    purgatory = Purgatory()
+    done: list[Any] = []
+    broker.replicas.append_listener = lambda keys: done.extend(purgatory.on_append(keys))
+    handler = follower.handler
+    assert handler is not None
+    session = broker.context.fetch_sessions.get(handler.session_id, 0)
+    assert session is not None
+
+    def waited(delayed: Delayed) -> Any:
+        assert delayed.keys == (session.key,)  # one key, not one per partition
+        purgatory.watch(delayed)
+        append(broker, TPS[3], 2)
+        [(op, answer)] = done
+        assert op is delayed
+        return answer
+
+    follower.fetch(max_wait_ms=500, waited=waited)
+    assert follower.answered == [TPS[3]] and follower.end[TPS[3]] == 2
+
+
+def test_a_closed_session_is_no_longer_reported_to(broker: Broker) -> None:
+    cache = broker.context.fetch_sessions
+    follower = _quiet_follower(broker)
+    handler = follower.handler
+    assert handler is not None
+    session = cache.get(handler.session_id, 0)
+    assert session is not None
+    assert session.key in cache.touched([TPS[0]])
+    consumer = cache.open(False, now_ms=0)  # a consumer's session is never reported to
+    assert consumer is not None
+    consumer.add([_Topic("data", [_Part(0)])])
+    assert consumer.key not in cache.touched([TPS[0]])
+    session.forget([_Forgotten("data", [0])])
+    assert session.key not in cache.touched([TPS[0]])
+    assert session.key in cache.touched([TPS[1]])
+    cache.remove(session.id)
+    assert session.key not in cache.touched(TPS)
+
+
+class _Part:
+    def __init__(self, partition: int) -> None:
+        self.partition = partition
+        self.current_leader_epoch = 0
+        self.fetch_offset = 0
+        self.last_fetched_epoch = -1
+        self.log_start_offset = 0
+        self.partition_max_bytes = 1 << 20
+
+
+class _Topic:
+    def __init__(self, topic: str, partitions: list[_Part]) -> None:
+        self.topic = topic
+        self.partitions = partitions
+
+
+class _Forgotten:
+    def __init__(self, topic: str, partitions: list[int]) -> None:
+        self.topic = topic
+        self.partitions = partitions

@@ -79,6 +79,7 @@ class BrokerContext:
         self.fetch_sessions = FetchSessionCache(
             self.config.get_int("max.incremental.fetch.session.cache.slots")
         )
+        self.replicas.fetch_touched = self.fetch_sessions.touched
         self.metrics.attach(self)
 
 

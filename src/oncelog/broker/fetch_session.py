@@ -18,6 +18,16 @@ Which request is which (Kafka's FetchMetadata), by (session id, session epoch):
   an S the broker does not know (evicted, or the broker restarted) is
   FETCH_SESSION_ID_NOT_FOUND, and the fetcher starts over with a full fetch.
 
+A follower's session costs the leader only what moved, however many partitions it holds
+(a cluster's followers hold every idle partition of `__consumer_offsets` and of every quiet
+topic). The replica manager reports each partition whose log end, high watermark or log
+start moved (`FetchSessionCache.touched`); a caught-up partition found with nothing to tell
+is *quiet* and is looked at again only once touched, or by the sweep every `SWEEP_MS`, which
+also keeps its follower noted as caught up for the ISR and finds what no report covers (a
+leadership change, retention). A parked follower fetch waits on its session's one key
+(`FetchSession.key`), which a report on any of its partitions wakes, instead of on each
+partition.
+
 The cache holds `max.incremental.fetch.session.cache.slots` sessions. When it is full a new
 session takes the slot of the least recently used one idle for `EVICTION_MS` (Kafka's
 minimum eviction time), else a follower's new session (privileged, as in Kafka) takes a
@@ -43,6 +53,10 @@ FINAL_EPOCH = -1
 #: A session unused this long may give its slot to a new one (Kafka's
 #: min.incremental.fetch.session.eviction.ms, fixed there too).
 EVICTION_MS = 120_000
+#: A follower session's quiet partitions are all looked at again at least this often (when
+#: it fetches: an idle follower's fetch comes every replica.fetch.wait.max.ms, 500 by
+#: default); far below replica.lag.time.max.ms, so a quiet follower stays in the ISR.
+SWEEP_MS = 500
 
 
 @dataclass(slots=True)
@@ -148,6 +162,59 @@ class FetchSession:
     _layout: tuple[list[tuple[str, list[CachedPartition]]], tuple[TopicPartition, ...]] | None = (
         None
     )
+    #: A follower's session: its partitions reported moved since a fetch last looked
+    #: (`FetchSessionCache.touched`), and when all of them were last looked at.
+    touched: set[TopicPartition] = field(default_factory=set)
+    swept_ms: int = -SWEEP_MS
+    #: The partitions not quiet: new, changed by a request, or found with something to
+    #: read or tell when last judged (`judge`). Between sweeps a follower's fetch looks at
+    #: these and the touched ones only.
+    awake: dict[TopicPartition, CachedPartition] = field(default_factory=dict)
+    #: partition -> the follower sessions holding it (the cache's index, shared).
+    _index: dict[TopicPartition, set[FetchSession]] | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The purgatory key a parked fetch on this session waits on."""
+        return ("fetch-session", self.id)
+
+    def to_look_at(self, now_ms: int) -> list[tuple[str, list[CachedPartition]]] | None:
+        """For an incremental follower fetch about to look: the awake partitions and those
+        reported moved since the last look, by topic; None when a sweep is due (every
+        partition is looked at, `layout`)."""
+        touched, self.touched = self.touched, set()
+        if now_ms - self.swept_ms >= SWEEP_MS:
+            self.swept_ms = now_ms
+            return None
+        by_topic: dict[str, list[CachedPartition]] = {}
+        for cached in self.stirring(touched):
+            by_topic.setdefault(cached.tp.topic, []).append(cached)
+        return list(by_topic.items())
+
+    def stirring(self, touched: set[TopicPartition] | None = None) -> list[CachedPartition]:
+        """The awake partitions and those reported moved (`touched`, by default the ones
+        not looked at yet), each once."""
+        chosen = dict(self.awake)
+        for tp in self.touched if touched is None else touched:
+            cached = self.topics.get(tp.topic, {}).get(tp.partition)
+            if cached is not None:
+                chosen[tp] = cached
+        return list(chosen.values())
+
+    def judge(
+        self,
+        cached: CachedPartition,
+        by_tp: dict[TopicPartition, Partition],
+        node_id: int,
+        now_ms: int,
+    ) -> bool:
+        """Whether a follower's partition is idle (`CachedPartition.idle_for`): idle, it
+        sleeps until touched or swept; otherwise it stays awake."""
+        if cached.idle_for(by_tp, node_id, now_ms):
+            self.awake.pop(cached.tp, None)
+            return True
+        self.awake[cached.tp] = cached
+        return False
 
     def layout(self) -> tuple[list[tuple[str, list[CachedPartition]]], tuple[TopicPartition, ...]]:
         """The partitions by topic, and all of them, in the order they joined: the same
@@ -166,10 +233,14 @@ class FetchSession:
             for p in topic.partitions:
                 cached = mine.get(p.partition)
                 if cached is None:
-                    mine[p.partition] = _cached(TopicPartition(topic.topic, p.partition), p)
+                    tp = TopicPartition(topic.topic, p.partition)
+                    cached = mine[p.partition] = _cached(tp, p)
                     self._layout = None
+                    if self._index is not None:
+                        self._index.setdefault(tp, set()).add(self)
                 else:
                     cached.update(p)
+                self.awake[cached.tp] = cached
 
     def forget(self, forgotten: Iterable[Any]) -> None:
         """kio's ForgottenTopic shape: a topic and partition indexes."""
@@ -178,10 +249,29 @@ class FetchSession:
             if mine is None:
                 continue
             for index in topic.partitions:
-                if mine.pop(index, None) is not None:
+                cached = mine.pop(index, None)
+                if cached is not None:
                     self._layout = None
+                    self.awake.pop(cached.tp, None)
+                    self._unindex(cached.tp)
             if not mine:
                 del self.topics[topic.topic]
+
+    def close(self) -> None:
+        """Out of the cache (removed, evicted): no longer reported to."""
+        for parts in self.topics.values():
+            for cached in parts.values():
+                self._unindex(cached.tp)
+        self._index = None
+
+    def _unindex(self, tp: TopicPartition) -> None:
+        if self._index is None:
+            return
+        holders = self._index.get(tp)
+        if holders is not None:
+            holders.discard(self)
+            if not holders:
+                del self._index[tp]
 
 
 class FetchSessionCache:
@@ -192,6 +282,8 @@ class FetchSessionCache:
         #: Sessions that lost their slot to a new one (Kafka's
         #: IncrementalFetchSessionEvictionsPerSec).
         self.evictions = 0
+        #: partition -> the follower sessions holding it, for `touched`.
+        self._followed: dict[TopicPartition, set[FetchSession]] = {}
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -206,7 +298,24 @@ class FetchSessionCache:
         return session
 
     def remove(self, session_id: int) -> None:
-        self._sessions.pop(session_id, None)
+        session = self._sessions.pop(session_id, None)
+        if session is not None:
+            session.close()
+
+    def touched(self, tps: Iterable[TopicPartition]) -> list[tuple[str, int]]:
+        """Partitions whose log end, high watermark or log start moved: noted in the follower
+        sessions holding them; returns those sessions' keys, for the purgatory to wake."""
+        followed = self._followed
+        if not followed:
+            return []
+        keys: dict[tuple[str, int], None] = {}
+        for tp in tps:
+            holders = followed.get(tp)
+            if holders:
+                for session in holders:
+                    session.touched.add(tp)
+                    keys[session.key] = None
+        return list(keys)
 
     def open(self, privileged: bool, now_ms: int) -> FetchSession | None:
         """A new, empty session, or None when no slot can be had."""
@@ -217,6 +326,8 @@ class FetchSessionCache:
             if session_id not in self._sessions:
                 break
         session = FetchSession(session_id, privileged, now_ms)
+        if privileged:
+            session._index = self._followed
         self._sessions[session_id] = session
         return session
 
@@ -228,5 +339,6 @@ class FetchSessionCache:
             return False
         victim = min(stale, key=lambda s: s.last_used_ms)
         del self._sessions[victim.id]
+        victim.close()
         self.evictions += 1
         return True

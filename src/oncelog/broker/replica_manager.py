@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping
 from dataclasses import dataclass, replace
 
 from oncelog.broker.partition import Change, Partition, ReplicaView, Role
@@ -92,7 +92,12 @@ class ReplicaManager:
         self.txn_verifier: Callable[[int, int, TopicPartition], ErrorCode] = _no_transactions
         #: Set by the transaction runtime: does this broker coordinate producer id X?
         self.txn_known: Callable[[int], bool] = lambda _pid: False
-        self.append_listener: Callable[[list[TopicPartition]], None] = lambda _: None
+        self.append_listener: Callable[[list[Hashable]], None] = lambda _: None
+        #: Set by the broker context: the fetch sessions' `touched`, which returns the keys of
+        #: the follower sessions holding these partitions (woken with them).
+        self.fetch_touched: Callable[[list[TopicPartition]], list[tuple[str, int]]] = (
+            lambda _: []
+        )
         #: In a cluster: this broker's replica of each partition it holds (else empty).
         self.replicas_by_tp: dict[TopicPartition, Partition] = {}
         #: In a cluster: (partition, offset its HW must reach, leader epoch) of coordinator
@@ -399,8 +404,10 @@ class ReplicaManager:
             replica.maybe_advance_high_watermark()
 
     def notify_appended(self, tps: list[TopicPartition]) -> None:
+        """`tps` moved (log end, high watermark or log start): wake what waits on them, and
+        on the follower fetch sessions holding them."""
         if tps:
-            self.append_listener(tps)
+            self.append_listener([*tps, *self.fetch_touched(tps)])
 
     def read(
         self,
@@ -512,10 +519,13 @@ class ReplicaManager:
         if change == Change.ISR_CHANGED and led_isr is not None and replica.role == Role.LEADER:
             self.isr_shrinks += bool(led_isr - set(view.isr))
             self.isr_expands += bool(set(view.isr) - led_isr)
-        moved = change in (Change.BECAME_LEADER, Change.ISR_CHANGED)
-        if moved and replica.maybe_advance_high_watermark():
-            self.notify_appended([tp])
+        if change in (Change.BECAME_LEADER, Change.ISR_CHANGED):
+            replica.maybe_advance_high_watermark()
         if change != Change.NOTHING:
+            # As Kafka completes delayed fetches and produces of a partition whose state
+            # changed: a waiting fetch answers a lost leadership now, and a follower session
+            # looks at the partition again.
+            self.notify_appended([tp])
             log.info(
                 "%s: %s (leader %d, leader epoch %d, isr %s)",
                 tp,

@@ -14,7 +14,7 @@ from oncelog.types import TopicPartition
 def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     replicas = ctx.broker.replicas
     topics = []
-    changed = False
+    moved: list[TopicPartition] = []
     for topic in request.topics:
         partitions = []
         allowed = authz.topic(ctx, Op.DELETE, topic.name)
@@ -34,11 +34,14 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 replicas.leader_epoch(tp)  # only a leader moves a log start (followers follow)
                 target = plog.high_watermark if p.offset == -1 else p.offset
                 entry["low_watermark"] = plog.delete_records_before(target)
-                changed = True
+                moved.append(tp)
             except KafkaError as exc:
                 entry["error_code"] = exc.code
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
-    if changed:
+    if moved:
         replicas.logs.checkpoint()
+        # Parked fetches and follower sessions learn the new log start now, not at their
+        # next wake-up or sweep.
+        replicas.notify_appended(moved)
     return {"throttle_time": 0, "topics": topics}

@@ -10,11 +10,13 @@ of its partitions has something new past its fetch offset (or changed leadership
 then reads again, as Kafka's DelayedFetch does: an acks=all produce wakes the followers'
 parked fetches on every high-watermark move, which is not new data for them.
 
-Fetch sessions (KIP-227, `broker/fetch_session.py`): a fetch on a session reads all of the
+Fetch sessions (KIP-227, `broker/fetch_session.py`): a fetch on a session reads the
 session's partitions and answers only those with news. A follower's session partition that is
 caught up, has no new high watermark or log start and was last answered under the same
 leadership is not read at all: the follower's fetch is only noted (it stays caught up for the
-ISR), which is all a read would have led to.
+ISR), which is all a read would have led to. Such a quiet partition is not even looked at
+again until it is reported moved or the session's sweep comes (`SWEEP_MS`), so a follower's
+fetch costs what moved, not what it follows.
 
 A fetch with `replica_id` >= 0 is a follower's, in a cluster only: it reads past the high
 watermark up to the leader's log end, and tells the leader how far the follower got (which
@@ -88,7 +90,10 @@ def handle(ctx: RequestContext, request: Any) -> Any:
                 return None
             return attempt(force)
 
-        return Delayed(woken_follower, ctx.broker.clock.monotonic_ms() + max_wait, tps)
+        # One key, not one per partition: a report on any of them wakes the session's.
+        assert session is not None
+        deadline = ctx.broker.clock.monotonic_ms() + max_wait
+        return Delayed(woken_follower, deadline, (session.key,))
     waiting = _Waiting(ctx, follower, fetch.read_committed, topics)
 
     def woken(force: bool) -> dict[str, Any] | None:
@@ -281,7 +286,7 @@ class _Fetch:
         by_tp = self.ctx.broker.replicas.replicas_by_tp
         follower_session = self.follower_session
         skip_idle = follower_session and self.incremental
-        for name, parts in self.topics:
+        for name, parts in self._to_look_at(skip_idle):
             refused = denied.get(name)
             partitions = []
             for p in parts:
@@ -293,7 +298,7 @@ class _Fetch:
                         tp = TopicPartition(name, index)
                     else:
                         tp = p.tp
-                        if skip_idle and p.idle_for(by_tp, replica_id, self.now):
+                        if skip_idle and session.judge(p, by_tp, replica_id, self.now):
                             continue
                         if follower_session:
                             replica = by_tp.get(tp)
@@ -322,23 +327,33 @@ class _Fetch:
                 responses.append({"topic": name, "partitions": partitions})
         return _response(session, responses), total, errors
 
+    def _to_look_at(self, skip_idle: bool) -> list[tuple[str, Iterable[Any]]]:
+        """The partitions by topic this attempt reads: the request's or session's, or for an
+        incremental follower fetch between sweeps only the stirring ones."""
+        if skip_idle and self.session is not None:
+            chosen = self.session.to_look_at(self.now)
+            if chosen is not None:
+                return list(chosen)
+        return self.topics
+
     def may_have_records(self) -> bool:
         """For a parked follower session fetch: whether reading again could answer it (a
         partition with records past the follower's position, or one whose log start or
-        leadership changed since the last answer); a cheap walk, no reads."""
+        leadership changed since the last answer); a cheap walk, no reads, of the awake
+        partitions and those reported moved (a quiet one nothing was reported on has nothing)."""
         by_tp = self.ctx.broker.replicas.replicas_by_tp
-        for _, parts in self.topics:
-            for p in parts:
-                replica = by_tp.get(p.tp)
-                if p.sent_follower is None or replica is None:
-                    return True
-                if replica.leader is not p.sent_leader:
-                    return True
-                plog = replica.log
-                if p.fetch_offset != plog.log_end_offset:
-                    return True
-                if plog.log_start_offset != p.sent_log_start:
-                    return True
+        assert self.session is not None
+        for p in self.session.stirring():
+            replica = by_tp.get(p.tp)
+            if p.sent_follower is None or replica is None:
+                return True
+            if replica.leader is not p.sent_leader:
+                return True
+            plog = replica.log
+            if p.fetch_offset != plog.log_end_offset:
+                return True
+            if plog.log_start_offset != p.sent_log_start:
+                return True
         return False
 
     def _read(self, tp: TopicPartition, p: Any, limit: int, first: bool) -> ReadResult:
