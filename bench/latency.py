@@ -402,6 +402,16 @@ def answer(proc: subprocess.Popen[str], timeout: float, who: str) -> dict[str, A
     return out
 
 
+def make_idle(target: cr.Target, name: str, count: int) -> None:
+    """`count` partitions that never get a record, in topics of 100 (RF=3 on rf3): a real
+    cluster's many quiet partitions, which every follower follows too."""
+    rf, min_isr = (3, 2) if name == "rf3" else (1, 1)
+    for k in range((count + 99) // 100):
+        target.create_topic(f"idle-{k}", min(100, count - 100 * k), rf, min_isr)
+    if count:
+        print(f"{name}: {count} idle partitions", flush=True)
+
+
 def run_case(target: cr.Target, name: str, rate: float, rnd: int, args: argparse.Namespace,
              monitor_dir: Path | None) -> dict[str, Any]:  # fmt: skip
     topic = f"lat-{name}-{int(rate)}-r{rnd}"
@@ -577,6 +587,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--size", type=int, default=1024, help="value bytes")
     p.add_argument("--partitions", type=int, default=6)
     p.add_argument("--linger-ms", type=float, default=0)
+    p.add_argument("--idle-partitions", type=int, default=0,
+                   help="partitions never written, created first (topics of 100)")  # fmt: skip
     p.add_argument("--fetch-wait-ms", type=int, default=100, help="consumer fetch.wait.max.ms")
     p.add_argument("--timeout", type=float, default=1800, help="limit of the whole run, s")
     p.add_argument("--override", action="append", default=[], metavar="KEY=VALUE",
@@ -636,6 +648,7 @@ def main(argv: list[str]) -> int:
                 target = cr.Target(TARGETS[name], base / f"r{rnd}-{name}", overrides).start()
                 print(f"{name}: brokers {target.broker_pids()} etcd {target.etcd_pid()}",
                       flush=True)  # fmt: skip
+                make_idle(target, name, args.idle_partitions)
                 try:
                     for rate in rates:
                         results.append(run_case(target, name, rate, rnd, args, monitor_dir))
