@@ -229,11 +229,13 @@ class ProducerStateManager:
         """Rebuild from stored batches (recovery): apply without validating.
 
         `read_marker(header)` gives (is COMMIT, coordinator epoch) of a control batch; the
-        transactions its markers complete are returned.
+        transactions its markers complete are returned. A control batch without records is a
+        marker the cleaner emptied (its transaction was cleaned away): nothing to end, as in
+        Kafka.
         """
         completed: list[CompletedTxn] = []
         for header in headers:
-            if header.has_producer_id:
+            if header.has_producer_id and not (header.is_control and not header.record_count):
                 info = self.prepare(header.producer_id)
                 if not header.is_control:
                     info.stage(header)

@@ -851,7 +851,8 @@ class PartitionLog:
                     f"{self.tp}: offsets out of order in a follower append: batch at "
                     f"{base} follows one ending at {next_offset - 1}"
                 )
-            if header.attributes & CONTROL_FLAG and header.producer_id >= 0:
+            if header.attributes & CONTROL_FLAG and header.producer_id >= 0 and header.record_count:
+                # (a control batch without records is a marker the leader's cleaner emptied)
                 marker = parse_marker_at(view, pos)
                 if marker is None:
                     raise InvalidRecord(
@@ -1500,7 +1501,7 @@ class _SegmentReplay:
             max(self.start, self.segment.base_offset), markers=True
         ):
             if header.base_offset >= self.start:
-                if header.is_control:
+                if header.is_control and header.record_count:
                     self._markers[header.base_offset] = marker
                 yield header
 
