@@ -46,9 +46,7 @@ def emptied_marker_log(root: Path, clock: ManualClock) -> PartitionLog:
         clock.advance(2000)
         send_plain(plog, [(b"k", f"plain-{i}".encode())])
     plog.set_high_watermark(plog.log_end_offset)
-    emptied = [
-        h for _, h in iter_batches(read_all(plog)) if h.is_control and h.record_count == 0
-    ]
+    emptied = [h for _, h in iter_batches(read_all(plog)) if h.is_control and h.record_count == 0]
     assert [h.producer_id for h in emptied] == [7]
     return plog
 
