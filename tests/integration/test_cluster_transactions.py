@@ -156,7 +156,7 @@ def copy_exactly_once(
         while time.monotonic() < deadline:
             batch = [m for m in consumer.consume(200, 1.0) if m.error() is None]
             if not batch:
-                if _all_copied(consumer, source, total):
+                if _all_copied(consumer, source, total, deadline):
                     return
                 continue
             try:
@@ -175,8 +175,7 @@ def copy_exactly_once(
                 if error.txn_requires_abort():
                     producer.abort_transaction(30)
                 # Start over from what the group committed: nothing is lost or doubled.
-                committed = consumer.committed(consumer.assignment(), timeout=30)
-                for tp in committed:
+                for tp in _committed(consumer, deadline):
                     start = tp if tp.offset >= 0 else KafkaTopicPartition(tp.topic, tp.partition, 0)
                     consumer.seek(start)
         raise AssertionError(f"the copier did not finish in time ({copied} copied)")
@@ -184,12 +183,28 @@ def copy_exactly_once(
         consumer.close()
 
 
-def _all_copied(consumer: Consumer, source: str, total: int) -> bool:
-    assignment = consumer.assignment()
-    if len(assignment) < 3:
+def _committed(consumer: Consumer, deadline: float) -> list[KafkaTopicPartition]:
+    """The group's committed offsets of the assignment, asked again while any partition
+    comes with an error: such a partition's offset is not "none committed" (-1001), and
+    starting it over from 0 would copy it twice."""
+    while True:
+        try:
+            committed = consumer.committed(consumer.assignment(), timeout=30)
+        except KafkaException as exc:
+            if exc.args[0].fatal() or time.monotonic() > deadline:
+                raise
+            continue
+        if not any(tp.error is not None for tp in committed):
+            return list(committed)
+        if time.monotonic() > deadline:
+            raise AssertionError(f"committed offsets with errors: {committed}")
+        time.sleep(0.2)
+
+
+def _all_copied(consumer: Consumer, source: str, total: int, deadline: float) -> bool:
+    if len(consumer.assignment()) < 3:
         return False
-    committed = consumer.committed(assignment, timeout=30)
-    return sum(max(tp.offset, 0) for tp in committed) >= total
+    return sum(max(tp.offset, 0) for tp in _committed(consumer, deadline)) >= total
 
 
 @pytest.mark.timeout(240)
