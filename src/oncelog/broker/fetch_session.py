@@ -21,10 +21,10 @@ Which request is which (Kafka's FetchMetadata), by (session id, session epoch):
 A follower's session costs the leader only what moved, however many partitions it holds
 (a cluster's followers hold every idle partition of `__consumer_offsets` and of every quiet
 topic). The replica manager reports each partition whose log end, high watermark or log
-start moved (`FetchSessionCache.touched`); a caught-up partition found with nothing to tell
-is *quiet* and is looked at again only once touched, or by the sweep every `SWEEP_MS`, which
-also keeps its follower noted as caught up for the ISR and finds what no report covers (a
-leadership change, retention). A parked follower fetch waits on its session's one key
+start moved, or whose state (leadership, ISR) changed (`FetchSessionCache.touched`); a
+caught-up partition found with nothing to tell is *quiet* and is looked at again only once
+touched, or by the sweep every `SWEEP_MS`, which also keeps its follower noted as caught up
+for the ISR and finds what no report covers (retention moving a log start). A parked follower fetch waits on its session's one key
 (`FetchSession.key`), which a report on any of its partitions wakes, instead of on each
 partition.
 
