@@ -24,9 +24,9 @@ topic). The replica manager reports each partition whose log end, high watermark
 start moved, or whose state (leadership, ISR) changed (`FetchSessionCache.touched`); a
 caught-up partition found with nothing to tell is *quiet* and is looked at again only once
 touched, or by the sweep every `SWEEP_MS`, which also keeps its follower noted as caught up
-for the ISR and finds what no report covers (retention moving a log start). A parked follower fetch waits on its session's one key
-(`FetchSession.key`), which a report on any of its partitions wakes, instead of on each
-partition.
+for the ISR and finds what no report covers (retention moving a log start). A parked
+follower fetch waits on its session's one key (`FetchSession.key`), which a report on any of
+its partitions wakes, instead of on each partition.
 
 The cache holds `max.incremental.fetch.session.cache.slots` sessions. When it is full a new
 session takes the slot of the least recently used one idle for `EVICTION_MS` (Kafka's
