@@ -32,10 +32,12 @@ REPLICATION_POLL_S = 0.005
 RETRY_BACKOFF_S = 0.1
 RETRY_BACKOFF_MAX_S = 1.0
 
-#: Answers that mean the marker is not needed any more.
+#: Answers that mean the marker is not needed any more. Not UNKNOWN_TOPIC_OR_PARTITION: a
+#: leader without the partition is retried, as Kafka does (a deleted topic is left out by
+#: `_send`, from the cluster's metadata); taking it as settled would complete the transaction
+#: with that partition still open, its last stable offset stuck below the transaction.
 _SETTLED = {
     ErrorCode.none,
-    ErrorCode.unknown_topic_or_partition,
     ErrorCode.producer_fenced,
     ErrorCode.invalid_producer_epoch,
     ErrorCode.transaction_coordinator_fenced,

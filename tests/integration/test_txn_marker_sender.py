@@ -1,0 +1,39 @@
+"""The transaction coordinator's marker sender against a real broker: a leader that answers
+UNKNOWN_TOPIC_OR_PARTITION for a partition the cluster still has is retried (Kafka's
+TransactionMarkerRequestCompletionHandler), or the transaction would complete without its
+marker there and that partition's last stable offset would never pass it; a topic gone from
+the cluster's metadata needs no marker."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from oncelog.broker.cluster_view import ClusterView
+from oncelog.coordinator.txn.coordinator import Marker
+from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
+from oncelog.server.marker_sender import TxnMarkerSender
+from oncelog.types import TopicPartition
+from tests.broker_process import BrokerProcess
+
+GHOST = TopicPartition("not-on-that-broker", 0)
+
+
+def test_an_unknown_partition_is_retried_unless_the_topic_is_gone(broker: BrokerProcess) -> None:
+    view = ClusterView("cluster")
+    view.brokers[7] = BrokerRegistration(7, "127.0.0.1", broker.port)
+    view.topics[GHOST.topic] = TopicAssignment(GHOST.topic, uuid.uuid4(), ((7,),), {})
+    view.partitions[GHOST] = PartitionState(7, 0, (7,), 0)
+    marker = Marker(GHOST, producer_id=1000, producer_epoch=0, commit=True)
+
+    async def attempts() -> tuple[bool, bool]:
+        sender = TxnMarkerSender(view, 10.0, "test-markers")
+        try:
+            while_known = await sender._send([marker])  # the broker has no such partition
+            del view.topics[GHOST.topic]  # deleted from the cluster
+            once_gone = await sender._send([marker])
+            return while_known, once_gone
+        finally:
+            await sender.stop()
+
+    assert asyncio.run(attempts()) == (False, True)
