@@ -566,11 +566,28 @@ class TxnTest:
             NewTopic(t, cfg.partitions, rf, config={"min.insync.replicas": str(mir)})
             for t in (self.input_topic, self.output_topic)
         ]
-        for topic, future in self.admin.create_topics(topics, request_timeout=30).items():
-            try:
-                future.result(60)
-            except KafkaException as e:
-                raise RunBroken(f"cannot create {topic}: {e.args[0].str()}") from None
+        # A cluster just started: the broker that places the replicas may not have seen every
+        # registration yet that the Metadata answer above listed (INVALID_REPLICATION_FACTOR,
+        # as Kafka answers it): asked again for a while.
+        deadline = time.monotonic() + 30
+        retried = False
+        while topics:
+            again = []
+            for topic, future in self.admin.create_topics(topics, request_timeout=30).items():
+                try:
+                    future.result(60)
+                except KafkaException as e:
+                    code = e.args[0].code()
+                    if retried and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                        continue
+                    early = time.monotonic() < deadline
+                    if code == KafkaError.INVALID_REPLICATION_FACTOR and early:
+                        again += [t for t in topics if t.topic == topic]
+                        continue
+                    raise RunBroken(f"cannot create {topic}: {e.args[0].str()}") from None
+            topics, retried = again, True
+            if topics:
+                time.sleep(0.5)
         self.wait_recovered([self.input_topic, self.output_topic], cfg.recovery_timeout)
 
     def partitions_ok(self, topics: Sequence[str]) -> bool:
