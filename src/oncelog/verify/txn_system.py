@@ -48,7 +48,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from oncelog.verify.cluster import LocalCluster
 from oncelog.verify.roles import txn_partition
-from oncelog.verify.workload import ClientStuck, bounded, new_consumer
+from oncelog.verify.workload import ClientStuck, bounded, create_topics, new_consumer
 
 FAULT_KINDS = ("kill", "bounce")
 ROLES = ("leader", "txn-coordinator", "group-coordinator")
@@ -566,28 +566,10 @@ class TxnTest:
             NewTopic(t, cfg.partitions, rf, config={"min.insync.replicas": str(mir)})
             for t in (self.input_topic, self.output_topic)
         ]
-        # A cluster just started: the broker that places the replicas may not have seen every
-        # registration yet that the Metadata answer above listed (INVALID_REPLICATION_FACTOR,
-        # as Kafka answers it): asked again for a while.
-        deadline = time.monotonic() + 30
-        retried = False
-        while topics:
-            again = []
-            for topic, future in self.admin.create_topics(topics, request_timeout=30).items():
-                try:
-                    future.result(60)
-                except KafkaException as e:
-                    code = e.args[0].code()
-                    if retried and code == KafkaError.TOPIC_ALREADY_EXISTS:
-                        continue
-                    early = time.monotonic() < deadline
-                    if code == KafkaError.INVALID_REPLICATION_FACTOR and early:
-                        again += [t for t in topics if t.topic == topic]
-                        continue
-                    raise RunBroken(f"cannot create {topic}: {e.args[0].str()}") from None
-            topics, retried = again, True
-            if topics:
-                time.sleep(0.5)
+        try:
+            create_topics(self.admin, topics)
+        except KafkaException as e:
+            raise RunBroken(f"cannot create topics: {e.args[0].str()}") from None
         self.wait_recovered([self.input_topic, self.output_topic], cfg.recovery_timeout)
 
     def partitions_ok(self, topics: Sequence[str]) -> bool:

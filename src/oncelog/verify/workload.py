@@ -171,6 +171,32 @@ def classify(err: KafkaError | None) -> h.Phase:
     return "fail" if err.code() in DEFINITE_FAILURES else "info"
 
 
+def create_topics(admin: AdminClient, topics: list[NewTopic]) -> None:
+    """CreateTopics on a cluster the tool may just have started: the broker that places the
+    replicas may not have seen every registration the Metadata answer listed yet
+    (INVALID_REPLICATION_FACTOR, as Kafka answers it), so that is asked again for up to 30 s.
+    Any other error raises KafkaException."""
+    deadline = time.monotonic() + 30
+    retried = False
+    while topics:
+        again = []
+        for topic, future in admin.create_topics(topics, request_timeout=30).items():
+            try:
+                future.result(60)
+            except KafkaException as e:
+                code = e.args[0].code()
+                if retried and code == KafkaError.TOPIC_ALREADY_EXISTS:
+                    continue
+                early = time.monotonic() < deadline
+                if code == KafkaError.INVALID_REPLICATION_FACTOR and early:
+                    again += [t for t in topics if t.topic == topic]
+                    continue
+                raise
+        topics, retried = again, True
+        if topics:
+            time.sleep(0.5)
+
+
 def new_consumer(
     bootstrap: str, group: str, isolation: str, client_id: str, **extra: Any
 ) -> Consumer:
@@ -805,9 +831,7 @@ class Run:
         topics = [NewTopic(self.topic, self.config.partitions, rf)]
         if self.config.copiers:
             topics.append(NewTopic(self.output_topic, self.config.partitions, rf))
-        futures = admin.create_topics(topics)
-        for f in futures.values():
-            f.result(30)
+        create_topics(admin, topics)
         self.wait_ready()
 
     def final_read(self, topic: str, partition: int) -> h.FinalRead:
