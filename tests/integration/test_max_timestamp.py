@@ -3,34 +3,45 @@ record holding the largest timestamp, even in the middle of a batch (KAFKA-16310
 
 from __future__ import annotations
 
-from confluent_kafka import Producer
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from oncelog.protocol.records.batch import iter_batches
+from oncelog.protocol.records.batch import build_batch, iter_batches
+from oncelog.protocol.records.record import encode_record
 from tests.broker_process import BrokerProcess
 from tests.integration.helpers import create_topic
+from tests.integration.rawclient import PRODUCE, RawClient, produce_body
 
 TIMEOUT = 15
 T0 = 1_700_000_000_000
+#: Five records in one batch; the third holds the largest timestamp.
+TIMESTAMPS = (T0 + 10, T0 + 20, T0 + 99, T0 + 30, T0 + 40)
+
+
+def one_batch() -> bytes:
+    """The batch is built by hand: a client's batching (librdkafka splits a lingered batch
+    when it is busy) must not decide what this test stores."""
+    records = b"".join(
+        encode_record(offset_delta=i, timestamp_delta=ts - T0, key=None, value=b"v")
+        for i, ts in enumerate(TIMESTAMPS)
+    )
+    return build_batch(
+        base_offset=0,
+        records=records,
+        record_count=len(TIMESTAMPS),
+        last_offset_delta=len(TIMESTAMPS) - 1,
+        base_timestamp=T0,
+        max_timestamp=max(TIMESTAMPS),
+    )
 
 
 def test_max_timestamp_names_the_record_not_its_batch(broker: BrokerProcess) -> None:
     topic = "max-ts"
     create_topic(broker.bootstrap, topic, 1)
-    # One batch (a long linger, one flush) whose largest timestamp is its third record.
-    producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 1000})
-    delivered: list[int] = []
-    for ts in (T0 + 10, T0 + 20, T0 + 99, T0 + 30, T0 + 40):
-        producer.produce(
-            topic,
-            b"v",
-            partition=0,
-            timestamp=ts,
-            on_delivery=lambda _e, m: delivered.append(m.offset()),
-        )
-    assert producer.flush(TIMEOUT) == 0
-    assert delivered == [0, 1, 2, 3, 4]
+    with RawClient(broker.port) as client:
+        answer = client.call(PRODUCE, 9, produce_body({topic: [(0, one_batch())]}))
+    [partition] = answer.responses[0].partition_responses
+    assert (partition.error_code, partition.base_offset) == (0, 0)
     # It is one batch on disk, so its last offset (4) would be the old, wrong answer.
     [segment] = (broker.data_dir / f"{topic}-0").glob("*.log")
     assert [h.last_offset for _, h in iter_batches(segment.read_bytes())] == [4]
