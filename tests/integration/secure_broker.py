@@ -147,6 +147,23 @@ class SecureCluster:
     def bootstrap_of(self, listener: str, nodes: tuple[int, ...] = (1, 2, 3)) -> str:
         return ",".join(self.brokers[n].bootstrap_of(listener) for n in nodes)
 
+    def wait_brokers_known(
+        self, settings: Callable[[int], dict[str, object]], timeout: float = 30
+    ) -> None:
+        """Every broker's Metadata lists every broker, asked of each broker alone with the
+        client `settings(node)` it needs. Each learns the others through its etcd watch a
+        moment after they registered; until then the broker placing a new topic's replicas
+        may refuse a replication factor the cluster has (INVALID_REPLICATION_FACTOR)."""
+        from confluent_kafka.admin import AdminClient
+
+        def known(node: int) -> bool:
+            # A fresh client knows only `node`, so its first Metadata is `node`'s view.
+            brokers = AdminClient(settings(node)).list_topics(timeout=10).brokers
+            return set(brokers) == set(self.brokers)
+
+        for node in self.brokers:
+            wait_for(lambda node=node: known(node), timeout, f"broker {node} knowing every broker")
+
     def close(self) -> None:
         for broker in self.brokers.values():
             broker.kill()

@@ -72,6 +72,7 @@ class SaslCluster(SecureCluster):
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslCluster]:
     running = SaslCluster(tmp_path_factory.mktemp("sasl-cluster"))
     running.start()
+    running.wait_brokers_known(lambda node: running.conf(nodes=(node,)))
     yield running
     running.close()
 

@@ -385,8 +385,10 @@ def test_cluster_over_ssl_with_client_certificates(tmp_path: Path, certs: Certs)
             **ssl_conf(cluster.brokers[1], certs),
             "bootstrap.servers": cluster.bootstrap_of("SSL"),
         }
+        cluster.wait_brokers_known(
+            lambda node: {**settings, "bootstrap.servers": cluster.bootstrap_of("SSL", (node,))}
+        )
         admin = AdminClient(settings)
-        wait_for(lambda: len(admin.list_topics(timeout=10).brokers) == 3, 30, "3 brokers")
         topic = f"ssl-rep-{uuid.uuid4().hex[:8]}"
         for future in admin.create_topics([NewTopic(topic, 2, 3)]).values():
             future.result(30)
