@@ -1,0 +1,87 @@
+"""Transactional offset commits survive a change of group coordinator: the broker that takes
+over an offsets partition loads the last committed offset of every partition, whatever
+transactions were aborted after it."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
+
+from oncelog.coordinator.group.records import partition_for
+from tests.cluster_process import Cluster
+
+OFFSETS_PARTITIONS = 3
+INTERNAL = {
+    "offsets.topic.replication.factor": "3",
+    "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+    "transaction.state.log.replication.factor": "3",
+    "transaction.state.log.num.partitions": "3",
+    "transaction.state.log.min.isr": "2",
+}
+SOURCE = "src"
+SINK = "sink"
+GROUP = "copier"
+
+
+def commit_offset(producer: Producer, group: Consumer, offset: int, commit: bool) -> None:
+    """One transaction writing a record and the group's offset of src-0; committed or not."""
+    producer.begin_transaction()
+    producer.produce(SINK, b"x%d" % offset, partition=0)
+    producer.send_offsets_to_transaction(
+        [KafkaTopicPartition(SOURCE, 0, offset)], group.consumer_group_metadata(), 30
+    )
+    if commit:
+        producer.commit_transaction(30)
+    else:
+        producer.abort_transaction(30)
+
+
+def committed(cluster: Cluster) -> int:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": cluster.bootstrap,
+            "group.id": GROUP,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        [tp] = consumer.committed([KafkaTopicPartition(SOURCE, 0)], timeout=30)
+        assert tp.error is None, tp.error
+        return int(tp.offset)
+    finally:
+        consumer.close()
+
+
+@pytest.mark.timeout(180)
+def test_an_aborted_offset_commit_does_not_hide_the_committed_one_after_failover(
+    tmp_path: Path,
+) -> None:
+    with Cluster(tmp_path, overrides=INTERNAL) as cluster:
+        cluster.create_topic(SOURCE, 1, 3)
+        cluster.create_topic(SINK, 1, 3)
+        producer = Producer(
+            {"bootstrap.servers": cluster.bootstrap, "transactional.id": "copier-txn"}
+        )
+        producer.init_transactions(60)
+        group = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": GROUP})
+        commit_offset(producer, group, 100, commit=True)
+        commit_offset(producer, group, 200, commit=False)
+        assert committed(cluster) == 100
+        offsets_tp = partition_for(GROUP, OFFSETS_PARTITIONS)
+        cluster.wait_isr_full("__consumer_offsets")
+        leader = cluster.leader("__consumer_offsets", offsets_tp)
+        cluster.brokers[leader].kill()
+        cluster.wait_for(
+            lambda: cluster.leader("__consumer_offsets", offsets_tp) not in (-1, leader),
+            30,
+            "a new leader of the group's offsets partition",
+        )
+        time.sleep(1)
+        assert committed(cluster) == 100
+        cluster.brokers[leader].start()
+        group.close()
