@@ -28,6 +28,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -814,6 +815,7 @@ def test_follower_paused_past_the_lag_time_leaves_the_isr_and_rejoins(tmp_path: 
         time.sleep(1)
         cluster.pause(3)
         paused = time.monotonic()
+        paused_wall = time.time()
         try:
             cluster.wait_for(
                 lambda: cluster.partitions(topic, via=[1])[0][2] == [1, 2], 15, "ISR [1, 2]"
@@ -827,10 +829,20 @@ def test_follower_paused_past_the_lag_time_leaves_the_isr_and_rejoins(tmp_path: 
         time.sleep(1)
         stream.stop()
         assert not stream.errors and stream.left == 0, stream.errors[:5]
-        assert 3.5 < shrunk - paused < 10, shrunk - paused
+        assert shrunk - paused > 3.5, shrunk - paused
         during = [t for t in stream.ack_times if shrunk < t < resumed]
         assert len(during) > 500, f"only {len(during)} acknowledged with the ISR at [1, 2]"
-        assert re.search(r"slow-0: proposing ISR \[1, 2\] \(was \[1, 2, 3\]\)", log_of(cluster, 1))
+        proposed = re.search(
+            r"^(\S+ \S+) INFO .*slow-0: proposing ISR \[1, 2\] \(was \[1, 2, 3\]\)",
+            log_of(cluster, 1),
+            re.MULTILINE,
+        )
+        assert proposed
+        # The leader's own decision, from its log's clock: after the lag time, soon after it
+        # (the test's view of the change also waits for etcd and Metadata, which a busy
+        # machine delays).
+        decided = datetime.strptime(proposed[1], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        assert 3.5 < decided - paused_wall < 7, decided - paused_wall
         got = read_all(cluster, topic)
         check_exactly_once(stream.acked, got)
         assert len(got[0]) == stream.sent
