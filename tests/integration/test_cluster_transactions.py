@@ -4,6 +4,7 @@ and the markers leaves the transaction for its successor to complete."""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from pathlib import Path
@@ -133,8 +134,33 @@ def test_a_coordinator_killed_between_prepare_and_markers_is_completed_by_its_su
         cluster.check_replicas_identical(TOPIC)
 
 
+class Trail(logging.Handler):
+    """What a copier did and what its consumer's librdkafka warned of (offset resets), so a
+    failed check says how a duplicate came about."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+        self.logger = logging.getLogger(f"copier-trail-{id(self)}")
+        self.logger.addHandler(self)
+        self.logger.propagate = False
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.note(f"librdkafka: {record.getMessage()}")
+
+    def note(self, line: str) -> None:
+        self.lines.append(f"{time.monotonic():.3f} {line}")
+
+    def __str__(self) -> str:
+        return "\n".join(self.lines[-60:])
+
+
+def _offsets(parts: list[KafkaTopicPartition]) -> str:
+    return ", ".join(f"{p.partition}@{p.offset}" for p in parts)
+
+
 def copy_exactly_once(
-    cluster: Cluster, source: str, sink: str, total: int, deadline: float
+    cluster: Cluster, source: str, sink: str, total: int, deadline: float, trail: Trail
 ) -> None:
     """A consume-transform-produce copier (send_offsets_to_transaction) that starts over
     from the group's committed offsets after any failed transaction, as a Kafka Streams
@@ -147,9 +173,14 @@ def copy_exactly_once(
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "session.timeout.ms": 10_000,
+            "logger": trail.logger,
         }
     )
-    consumer.subscribe([source])
+    consumer.subscribe(
+        [source],
+        on_assign=lambda _c, parts: trail.note(f"assigned {_offsets(parts)}"),
+        on_revoke=lambda _c, parts: trail.note(f"revoked {_offsets(parts)}"),
+    )
     producer = transactional(cluster, "copier-txn")
     copied = 0
     try:
@@ -159,6 +190,9 @@ def copy_exactly_once(
                 if _all_copied(consumer, source, total, deadline):
                     return
                 continue
+            for m in batch:
+                if m.offset() == 0:
+                    trail.note(f"read partition {m.partition()} from offset 0")
             try:
                 producer.begin_transaction()
                 for msg in batch:
@@ -170,12 +204,15 @@ def copy_exactly_once(
                 copied += len(batch)
             except KafkaException as exc:
                 error = exc.args[0]
+                trail.note(f"transaction failed: {error}")
                 if error.fatal():
                     raise
                 if error.txn_requires_abort():
                     producer.abort_transaction(30)
                 # Start over from what the group committed: nothing is lost or doubled.
-                for tp in _committed(consumer, deadline):
+                committed = _committed(consumer, deadline)
+                trail.note(f"starting over from {_offsets(committed)}")
+                for tp in committed:
                     start = tp if tp.offset >= 0 else KafkaTopicPartition(tp.topic, tp.partition, 0)
                     consumer.seek(start)
         raise AssertionError(f"the copier did not finish in time ({copied} copied)")
@@ -220,20 +257,23 @@ def test_a_copier_copies_exactly_once_across_broker_kills(tmp_path: Path) -> Non
 
         stop = threading.Event()
         kills: list[int] = []
+        trail = Trail()
 
         def killer() -> None:
             victim = 1
             while not stop.wait(3.0):
                 cluster.brokers[victim].kill()
                 kills.append(victim)
+                trail.note(f"killed broker {victim}")
                 time.sleep(1.0)
                 cluster.brokers[victim].start()
+                trail.note(f"restarted broker {victim}")
                 victim = victim % 3 + 1
 
         thread = threading.Thread(target=killer)
         thread.start()
         try:
-            copy_exactly_once(cluster, TOPIC, "txn-copy", total, time.monotonic() + 150)
+            copy_exactly_once(cluster, TOPIC, "txn-copy", total, time.monotonic() + 150, trail)
         finally:
             stop.set()
             thread.join()
@@ -254,7 +294,7 @@ def test_a_copier_copies_exactly_once_across_broker_kills(tmp_path: Path) -> Non
                 if msg.error() is None:
                     copied.append(msg.key().decode())
         consumer.close()
-        assert len(copied) == len(set(copied)), "duplicates in the copy"
+        assert len(copied) == len(set(copied)), f"duplicates in the copy; the copier:\n{trail}"
         assert sorted(copied) == sorted(f"m{i}" for i in range(total))
         cluster.check_replicas_identical("txn-copy")
 
