@@ -288,13 +288,18 @@ def test_a_copier_copies_exactly_once_across_broker_kills(tmp_path: Path) -> Non
         )
         consumer.assign([KafkaTopicPartition("txn-copy", p, 0) for p in range(3)])
         copied: list[str] = []
+        #: key -> (partition, offset) of each copy read: the same place twice is a re-read,
+        #: two places a second copy.
+        where: dict[str, list[tuple[int, int]]] = {}
         idle = time.monotonic() + 20
         while time.monotonic() < idle and len(copied) < total:
             for msg in consumer.consume(5000, 1.0):
                 if msg.error() is None:
                     copied.append(msg.key().decode())
+                    where.setdefault(copied[-1], []).append((msg.partition(), msg.offset()))
         consumer.close()
-        assert len(copied) == len(set(copied)), f"duplicates in the copy; the copier:\n{trail}"
+        twice = sorted((places, key) for key, places in where.items() if len(places) > 1)
+        assert not twice, f"{len(twice)} keys read twice, e.g. {twice[:10]}; the copier:\n{trail}"
         assert sorted(copied) == sorted(f"m{i}" for i in range(total))
         cluster.check_replicas_identical("txn-copy")
 
