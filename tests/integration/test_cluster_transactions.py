@@ -146,7 +146,9 @@ class Trail(logging.Handler):
         self.logger.propagate = False
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.note(f"librdkafka: {record.getMessage()}")
+        message = record.getMessage()
+        if "offset" in message.lower():  # not the reconnects a broker kill brings
+            self.note(f"librdkafka: {message}")
 
     def note(self, line: str) -> None:
         self.lines.append(f"{time.monotonic():.3f} {line}")
