@@ -6,40 +6,25 @@ from __future__ import annotations
 from confluent_kafka import TopicPartition as KafkaTopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
-from oncelog.protocol.records.batch import build_batch, iter_batches
-from oncelog.protocol.records.record import encode_record
+from oncelog.protocol.records.batch import iter_batches
 from tests.broker_process import BrokerProcess
 from tests.integration.helpers import create_topic
 from tests.integration.rawclient import PRODUCE, RawClient, produce_body
+from tests.storage.util import make_batch
 
 TIMEOUT = 15
 T0 = 1_700_000_000_000
-#: Five records in one batch; the third holds the largest timestamp.
+#: Five records in one batch, built by hand (librdkafka splits a lingered batch when it is
+#: busy); the third holds the largest timestamp.
 TIMESTAMPS = (T0 + 10, T0 + 20, T0 + 99, T0 + 30, T0 + 40)
-
-
-def one_batch() -> bytes:
-    """The batch is built by hand: a client's batching (librdkafka splits a lingered batch
-    when it is busy) must not decide what this test stores."""
-    records = b"".join(
-        encode_record(offset_delta=i, timestamp_delta=ts - T0, key=None, value=b"v")
-        for i, ts in enumerate(TIMESTAMPS)
-    )
-    return build_batch(
-        base_offset=0,
-        records=records,
-        record_count=len(TIMESTAMPS),
-        last_offset_delta=len(TIMESTAMPS) - 1,
-        base_timestamp=T0,
-        max_timestamp=max(TIMESTAMPS),
-    )
 
 
 def test_max_timestamp_names_the_record_not_its_batch(broker: BrokerProcess) -> None:
     topic = "max-ts"
     create_topic(broker.bootstrap, topic, 1)
+    batch = make_batch([b"v"] * len(TIMESTAMPS), timestamps=TIMESTAMPS)
     with RawClient(broker.port) as client:
-        answer = client.call(PRODUCE, 9, produce_body({topic: [(0, one_batch())]}))
+        answer = client.call(PRODUCE, 9, produce_body({topic: [(0, batch)]}))
     [partition] = answer.responses[0].partition_responses
     assert (partition.error_code, partition.base_offset) == (0, 0)
     # It is one batch on disk, so its last offset (4) would be the old, wrong answer.
