@@ -83,7 +83,10 @@ def produce_errors(cluster: Cluster) -> dict[int, int | None]:
 def test_an_acl_created_on_one_broker_is_enforced_by_all(cluster: Cluster) -> None:
     # Partition 0 led by broker 1, partition 1 by broker 2.
     cluster.create_topic("t", assignment=[[1, 2], [2, 1]])
-    assert {cluster.leader("t", 0), cluster.leader("t", 1)} == {1, 2}
+    # Metadata may come from a broker whose view of the new topic lags a moment.
+    cluster.wait_for(
+        lambda: {cluster.leader("t", 0), cluster.leader("t", 1)} == {1, 2}, 15, "the leaders"
+    )
     assert produce_errors(cluster) == {0: None, 1: None}
 
     admin = cluster.admin(via=[1])
