@@ -21,6 +21,7 @@ coordinator, the group coordinator), as those are the brokers whose loss tests t
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import sys
@@ -572,6 +573,27 @@ class TxnTest:
             raise RunBroken(f"cannot create topics: {e.args[0].str()}") from None
         self.wait_recovered([self.input_topic, self.output_topic], cfg.recovery_timeout)
 
+    def commit_start(self) -> None:
+        """Commit offset 0 of every input partition for the copiers' group before they start.
+
+        The copiers then start from committed offsets, never from auto.offset.reset: for a
+        logical offset librdkafka asks ListOffsets, and a leader move during that lookup can
+        leave a late answer that puts the partition, already fetching, back to the lookup; it
+        then fetches from the beginning again under the same fetch version and delivers every
+        record twice. That client race would read here as a duplicate made by the broker.
+        """
+        starter = new_consumer(self.bootstrap, self.group, "read_committed", "starter")
+        try:
+            start = [
+                CkTopicPartition(self.input_topic, p, 0) for p in range(self.config.partitions)
+            ]
+            bounded(partial(starter.commit, offsets=start, asynchronous=False), 60)
+        except (KafkaException, ClientStuck) as e:
+            raise RunBroken(f"cannot commit the copiers' start offsets: {e}") from None
+        finally:
+            with contextlib.suppress(KafkaException, ClientStuck, RuntimeError):
+                bounded(starter.close, 15)
+
     def partitions_ok(self, topics: Sequence[str]) -> bool:
         """Every partition of `topics` has a leader and a full ISR (topics not yet created,
         like `__transaction_state` before the first transaction, are skipped)."""
@@ -886,6 +908,7 @@ class TxnTest:
         ends = {p: len(v) for p, v in seeded.items()}
         self.seconds["seed"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
+        self.commit_start()
         self._copiers = [Copier(self, i) for i in range(cfg.copiers)]
         for c in self._copiers:
             c.start()
