@@ -276,6 +276,26 @@ def produce_request(topic: str, acks: int, timeout_ms: int, *values: int) -> byt
     )
 
 
+def check_listed_epochs(cluster: Cluster, node: int, topic: str, end: int) -> None:
+    """ListOffsets names the epoch that wrote the offset, which a consumer validates its
+    position against after a leader change: the first epoch for the earliest offset, the
+    newest for the latest (not simply the current leader's epoch). The replica's batches
+    carry non-decreasing epochs."""
+    epochs = [b[2] for b in cluster.replica_batches(node, topic, 0)]
+    with RawClient(cluster.brokers[node].port) as client:
+        ends = [
+            client.call(LIST_OFFSETS, 7, list_offsets_body(topic, [0], when))
+            .topics[0]
+            .partitions[0]
+            for when in (-2, -1)
+        ]
+    assert epochs == sorted(epochs) and epochs[0] < epochs[-1]
+    assert [(e.error_code, e.offset, e.leader_epoch) for e in ends] == [
+        (0, 0, epochs[0]),
+        (0, end, epochs[-1]),
+    ]
+
+
 def log_of(cluster: Cluster, node_id: int) -> str:
     return cluster.brokers[node_id].log_path.read_text(errors="replace")
 
@@ -443,8 +463,7 @@ def test_divergent_log_of_a_dead_leader_is_truncated_to_the_epoch_boundary(
         # Acknowledged acks=all writes once each; the lone leader's acks=1 writes are gone.
         assert values == [*range(20), *range(2000, 2020)]
         cluster.check_replicas_identical(topic)
-        epochs = [b[2] for b in cluster.replica_batches(1, topic, 0)]
-        assert epochs == sorted(epochs) and set(epochs) == {0, 1}
+        assert {b[2] for b in cluster.replica_batches(1, topic, 0)} == {0, 1}
 
         # Broker 1 leads again: the producer state it rebuilt after truncating and caught up
         # as a follower continues the same idempotent producer's sequence.
@@ -459,6 +478,7 @@ def test_divergent_log_of_a_dead_leader_is_truncated_to_the_epoch_boundary(
             *range(3000, 3010),
         ]
         cluster.check_replicas_identical(topic)
+        check_listed_epochs(cluster, 1, topic, 50)
 
 
 # -- 3. min.insync.replicas --------------------------------------------------------------

@@ -39,12 +39,11 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             try:
                 tp = TopicPartition(topic.name, p.partition_index)
                 ctx.broker.replicas.check_leader_epoch(tp, getattr(p, "current_leader_epoch", -1))
-                epoch = ctx.broker.replicas.leader_epoch(tp)
                 timestamp, offset = _lookup(ctx, tp, p.timestamp, read_committed)
                 entry.update(
                     timestamp=timestamp,
                     offset=offset,
-                    leader_epoch=epoch if offset >= 0 else -1,
+                    leader_epoch=_epoch(ctx, tp, p.timestamp, offset),
                 )
             except KafkaError as exc:
                 entry["error_code"] = exc.code
@@ -70,3 +69,16 @@ def _lookup(
         return -1, -1
     offset, ts = found
     return ts, offset
+
+
+def _epoch(ctx: RequestContext, tp: TopicPartition, timestamp: int, offset: int) -> int:
+    """The leader epoch the answer's offset belongs to, as Kafka answers it: the log's
+    latest epoch for LATEST, else the epoch of the record at that offset (the first cached
+    epoch for EARLIEST). A consumer validates its position against this epoch after a
+    leader change, so it must be the epoch that wrote the data, not today's leader's."""
+    if offset < 0:
+        return -1
+    cache = ctx.broker.replicas.partition(tp).leader_epoch_cache
+    if timestamp == LATEST_TIMESTAMP:
+        return cache.latest_epoch
+    return cache.epoch_for_offset(offset)
