@@ -16,6 +16,7 @@ from collections.abc import Callable, Hashable
 from dataclasses import replace
 from typing import Any
 
+from oncelog.broker.handlers import CloseConnection
 from oncelog.broker.internal_topics import internal_topic_configs, read_entries
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.replica_manager import ReplicaManager
@@ -158,23 +159,86 @@ class GroupRuntime:
         return response
 
     def respond(
-        self, result: Result, group_id: str, wait_ms: int, shape: Callable[[Any], Any]
+        self,
+        result: Result,
+        group_id: str,
+        wait_ms: int,
+        shape: Callable[[Any], Any],
+        replicated: bool = False,
     ) -> Any:
-        """`complete` and shape the reply; a Waiter not yet filled becomes a Delayed."""
+        """`complete` and shape the reply; a Waiter not yet filled becomes a Delayed.
+
+        `replicated` (SyncGroup): in a cluster the filled reply also waits until the group's
+        `__consumer_offsets` partition is replicated up to where it ended when the reply was
+        filled, as Kafka answers every member only once the assignment's append is
+        replicated. The leader's request wrote the record, but the other members' waiting
+        requests are completed by it; answered at once, a failover before the followers have
+        the record would leave them with an assignment the new coordinator never saw. When
+        the leadership moves first (or the wait runs out) the connection is closed instead,
+        and the member finds the new coordinator and joins again."""
         response = self.complete(result)
         if not isinstance(response, Waiter):
+            if replicated:
+                self._hold_until_replicated(group_id, response)
             return shape(response)
         waiter = response
         if waiter.result is not None:
+            if replicated:
+                self._hold_until_replicated(group_id, waiter.result)
             return shape(waiter.result)
+        seen: list[tuple[TopicPartition, int, int] | None] = []
 
         def attempt(force: bool) -> Any:
-            if waiter.result is not None:
+            if waiter.result is None:
+                return shape(waiter.fallback) if force else None
+            if not replicated:
                 return shape(waiter.result)
-            return shape(waiter.fallback) if force else None
+            if not seen:
+                seen.append(self._unreplicated_end(group_id))
+            point = seen[0]
+            if point is not None:
+                tp, end, epoch = point
+                replica = self.replicas.replicas_by_tp.get(tp)
+                if replica is None or replica.leader is None or replica.leader_epoch != epoch:
+                    return CloseConnection(f"{tp}: leadership moved before replication")
+                if replica.log.high_watermark < end:
+                    if force:
+                        return CloseConnection(f"{tp}: group records not replicated")
+                    return None
+            return shape(waiter.result)
 
         deadline = self.clock.monotonic_ms() + wait_ms
-        return Delayed(attempt, deadline, (group_key(group_id),))
+        keys: tuple[Hashable, ...] = (group_key(group_id),)
+        if replicated and self.clustered:
+            # A high-watermark move of the offsets partition wakes the wait too.
+            keys += (self._offsets_partition(group_id),)
+        return Delayed(attempt, deadline, keys)
+
+    def _hold_until_replicated(self, group_id: str, reply: Any) -> None:
+        """A successful reply read from state another request wrote (a member syncing after
+        its leader): the dispatcher holds it as it holds a request's own writes."""
+        if isinstance(reply, dict) and reply.get("error_code", 0) != 0:
+            return
+        point = self._unreplicated_end(group_id)
+        if point is not None:
+            self.replicas.coordinator_writes.append(point)
+
+    def _offsets_partition(self, group_id: str) -> TopicPartition:
+        return TopicPartition(OFFSETS_TOPIC, self.coordinator.partition_for(group_id))
+
+    def _unreplicated_end(self, group_id: str) -> tuple[TopicPartition, int, int] | None:
+        """(partition, log end, leader epoch) of the group's offsets partition when, in a
+        cluster, its high watermark is behind its end; None when nothing is to wait for."""
+        if not self.clustered:
+            return None
+        tp = self._offsets_partition(group_id)
+        replica = self.replicas.replicas_by_tp.get(tp)
+        if replica is None or replica.leader is None:
+            return None
+        end = replica.log.log_end_offset
+        if replica.log.high_watermark >= end:
+            return None
+        return tp, end, replica.leader_epoch
 
     def tick(self) -> None:
         records = self.coordinator.tick()

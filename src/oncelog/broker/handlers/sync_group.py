@@ -1,5 +1,6 @@
 """SyncGroup (14): the leader hands in the assignment; every member waits for its share,
-which is sent once the assignment is stored in `__consumer_offsets`."""
+which is sent once the assignment is stored in `__consumer_offsets` (in a cluster: and
+replicated, `GroupRuntime.respond`)."""
 
 from __future__ import annotations
 
@@ -38,4 +39,4 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     def shape(reply: dict[str, Any]) -> dict[str, Any]:
         return {"throttle_time": 0, **reply}
 
-    return runtime.respond(result, request.group_id, wait_ms, shape)
+    return runtime.respond(result, request.group_id, wait_ms, shape, replicated=True)
