@@ -131,3 +131,23 @@ def test_init_producer_id_before_the_first_producer_id_block_is_a_retriable_erro
         assert answer.error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS: the client retries
     finally:
         broker.close()
+
+
+def test_a_coordinator_record_wakes_the_fetches_waiting_on_its_partition(broker: Broker) -> None:
+    """The answer waits for the followers, so their waiting fetches must hear of the record
+    at once: unwoken they would come only after replica.fetch.wait.max.ms (500 ms per
+    coordinator answer, a second per transaction)."""
+    woken: list[object] = []
+    broker.replicas.append_listener = woken.extend
+    outcome, _ = broker.dispatch(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {
+            "transactional_id": "tx",
+            "transaction_timeout": timedelta(seconds=60),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
+    assert isinstance(outcome, Pending)
+    assert TXN in woken

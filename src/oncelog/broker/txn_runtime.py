@@ -284,8 +284,13 @@ class TxnRuntime:
         for record in records:
             by_partition.setdefault(partition_for(record[0], self.partitions), []).append(record)
         now = self.clock.wall_ms()
+        appended = []
         for p, batch in by_partition.items():
             tp = TopicPartition(TXN_TOPIC, p)
             self.replicas.append(tp, encode_batch(batch, now), coordinator=True)
+            appended.append(tp)
             for record in batch:
                 self.coordinator.replay(record)
+        # Wake the followers' waiting fetches: the answer waits until they have the records,
+        # and unwoken they would come only after replica.fetch.wait.max.ms.
+        self.notify(appended)
