@@ -11,10 +11,11 @@ A transactional confluent-kafka producer (this process) against three brokers + 
 * ``commit``: ``commit_transaction`` (EndTxn, the markers, their replication);
 * ``txn``: the whole transaction, begin to commit returned.
 
-Each coordinator answer waits until its ``__transaction_state`` record is replicated, so
-these figures show how fast a record of that internal topic reaches the followers. Run it
-with ``--oncelog-rev`` against two commits to compare. Every process started is killed by
-its pid; ``--timeout`` bounds the run. Usage: bench/README.md.
+``--mock`` runs the same loop on librdkafka's mock cluster (3 brokers, no replication) after
+each round, for comparison. Each coordinator answer waits until its ``__transaction_state``
+record is replicated, so these figures show how fast a record of that internal topic
+reaches the followers. Run it with ``--oncelog-rev`` against two commits to compare. Every
+process started is killed by its pid; ``--timeout`` bounds the run. Usage: bench/README.md.
 """
 
 from __future__ import annotations
@@ -42,18 +43,17 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def run_round(target: cr.Target, rnd: int, args: argparse.Namespace) -> dict[str, Any]:
+def run_round(target: cr.Target | None, rnd: int, args: argparse.Namespace) -> dict[str, Any]:
+    """One round against `target`, or librdkafka's mock cluster (3 brokers) when None."""
     from confluent_kafka import Producer
 
     topic = f"txn-latency-{rnd}"
-    target.create_topic(topic, args.partitions, 3, 2)
+    where: dict[str, Any] = {"test.mock.num.brokers": 3}
+    if target is not None:
+        target.create_topic(topic, args.partitions, 3, 2)
+        where = {"bootstrap.servers": target.bootstrap}
     producer = Producer(
-        {
-            "bootstrap.servers": target.bootstrap,
-            "transactional.id": f"txn-latency-{rnd}",
-            "linger.ms": 0,
-            "log_level": 0,
-        }
+        {**where, "transactional.id": f"txn-latency-{rnd}", "linger.ms": 0, "log_level": 0}
     )
     started = time.monotonic()
     producer.init_transactions(30)
@@ -83,6 +83,7 @@ def run_round(target: cr.Target, rnd: int, args: argparse.Namespace) -> dict[str
         commits.append((done - before_commit) * 1000)
         whole.append((done - begin) * 1000)
     return {
+        "target": "oncelog" if target is not None else "mock",
         "round": rnd,
         "init_ms": round(init_ms, 1),
         "first_ack_ms": {q: round(pct(first, p), 2) for q, p in (("p50", 0.5), ("p99", 0.99))},
@@ -99,6 +100,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--size", type=int, default=100, help="value bytes")
     ap.add_argument("--partitions", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=1, help="fresh cluster per round")
+    ap.add_argument(
+        "--mock", action="store_true", help="also run each round on librdkafka's mock cluster"
+    )
     ap.add_argument("--override", action="append", default=[], metavar="KEY=VALUE")
     ap.add_argument("--oncelog-rev", help="brokers from `git archive REV`")
     ap.add_argument("--timeout", type=float, default=600, help="limit of the whole run, s")
@@ -130,11 +134,19 @@ def main(argv: list[str]) -> int:
             target.close()
         print(json.dumps(result), flush=True)
         rounds.append(result)
-    for key in ("first_ack_ms", "commit_ms", "txn_ms"):
-        p50 = statistics.median(r[key]["p50"] for r in rounds)
-        p99 = statistics.median(r[key]["p99"] for r in rounds)
-        print(f"{key}: p50 {p50:.2f} p99 {p99:.2f} (median over rounds)")
-    print(f"txn_per_s: {statistics.median(r['txn_per_s'] for r in rounds):.1f}")
+        if args.mock:
+            result = run_round(None, rnd, args)
+            print(json.dumps(result), flush=True)
+            rounds.append(result)
+    for name in ("oncelog", "mock"):
+        ours = [r for r in rounds if r["target"] == name]
+        if not ours:
+            continue
+        for key in ("first_ack_ms", "commit_ms", "txn_ms"):
+            p50 = statistics.median(r[key]["p50"] for r in ours)
+            p99 = statistics.median(r[key]["p99"] for r in ours)
+            print(f"{name} {key}: p50 {p50:.2f} p99 {p99:.2f} (median over rounds)")
+        print(f"{name} txn_per_s: {statistics.median(r['txn_per_s'] for r in ours):.1f}")
     if args.json:
         Path(args.json).write_text(json.dumps({"machine": info, "rounds": rounds}, indent=1))
     return 0
