@@ -288,10 +288,10 @@ class Dispatcher:
 
         def attempt(force: bool) -> Any:
             for tp, required, epoch in writes:
-                replica = replicas.replicas_by_tp.get(tp)
-                if replica is None or replica.leader is None or replica.leader_epoch != epoch:
+                replicated = replicas.replicated_to(tp, required, epoch)
+                if replicated is None:
                     return CloseConnection(f"{tp}: leadership moved before replication")
-                if replica.log.high_watermark < required:
+                if not replicated:
                     if force:
                         return CloseConnection(f"{tp}: coordinator records not replicated")
                     return None

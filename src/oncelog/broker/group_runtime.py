@@ -197,13 +197,12 @@ class GroupRuntime:
                 seen.append(self._unreplicated_end(group_id))
             point = seen[0]
             if point is not None:
-                tp, end, epoch = point
-                replica = self.replicas.replicas_by_tp.get(tp)
-                if replica is None or replica.leader is None or replica.leader_epoch != epoch:
-                    return CloseConnection(f"{tp}: leadership moved before replication")
-                if replica.log.high_watermark < end:
+                there = self.replicas.replicated_to(*point)
+                if there is None:
+                    return CloseConnection(f"{point[0]}: leadership moved before replication")
+                if not there:
                     if force:
-                        return CloseConnection(f"{tp}: group records not replicated")
+                        return CloseConnection(f"{point[0]}: group records not replicated")
                     return None
             return shape(waiter.result)
 

@@ -442,6 +442,15 @@ class ReplicaManager:
             return LEADER_EPOCH
         return self.cluster_partition(tp).check_leader().leader_epoch
 
+    def replicated_to(self, tp: TopicPartition, end: int, epoch: int) -> bool | None:
+        """Whether this broker's high watermark of `tp` has reached `end` while it still leads
+        `tp` in `epoch`; None when the leadership moved (what was written may be lost). A
+        coordinator's answer that depends on its records waits on this."""
+        replica = self.replicas_by_tp.get(tp)
+        if replica is None or replica.leader is None or replica.leader_epoch != epoch:
+            return None
+        return replica.log.high_watermark >= end
+
     def in_sync_replicas(self, tp: TopicPartition) -> int:
         """The committed ISR's size, which min.insync.replicas is checked against."""
         if not self.clustered:
