@@ -5,6 +5,7 @@ its metrics page parsed back with prometheus-client's own parser."""
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
@@ -18,6 +19,7 @@ from oncelog.broker.context import BrokerContext, Node
 from oncelog.broker.dispatcher import Dispatcher, Outcome, Pending, Reply
 from oncelog.broker.group_runtime import GroupRuntime
 from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.partition import ReplicaView
 from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
 from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import ManualClock
@@ -27,9 +29,20 @@ from oncelog.protocol.codec import build, encode_entity, is_flexible, request_cl
 from oncelog.protocol.records.batch import build_batch
 from oncelog.protocol.records.record import encode_record
 from oncelog.protocol.registry import ApiKey
+from oncelog.types import TopicPartition
 
 PRODUCE_V = 9
 FETCH_V = 12
+
+
+#: The settings of a broker in a cluster (its replica manager never reaches etcd here: the
+#: tests hand it topics and partition states as etcd's watch would).
+CLUSTERED = {"etcd.connect": "http://127.0.0.1:2379", "node.id": "1"}
+
+
+def replica_state(isr: tuple[int, ...], partition_epoch: int, leader_epoch: int = 0) -> ReplicaView:
+    """Broker 1 leading a partition replicated on brokers 1-3, with `isr` in sync."""
+    return ReplicaView(1, leader_epoch, isr, partition_epoch, (1, 2, 3), partition_epoch + 1)
 
 
 class Timer:
@@ -73,6 +86,14 @@ class Broker:
 
     def create_topic(self, name: str, partitions: int = 1) -> None:
         self.replicas.create_topic(TopicSpec(name, partitions, 1, {}))
+
+    def lead(self, topic: str, internal: bool = False) -> TopicPartition:
+        """In a cluster: a one-partition topic on brokers 1-3 that this broker (1) leads with
+        the full ISR; its partition."""
+        tp = TopicPartition(topic, 0)
+        self.replicas.apply_topic(topic, uuid.uuid4(), ((1, 2, 3),), {}, internal)
+        self.replicas.apply_partition_state(tp, replica_state((1, 2, 3), 0))
+        return tp
 
     # -- requests ------------------------------------------------------------------------------
 

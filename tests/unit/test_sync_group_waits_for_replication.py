@@ -8,7 +8,6 @@ failover before the followers have the record would leave those members with an 
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -18,10 +17,9 @@ import pytest
 
 from oncelog.broker.dispatcher import Pending, Reply
 from oncelog.broker.handlers import CloseConnection
-from oncelog.broker.partition import ReplicaView
 from oncelog.protocol.registry import ApiKey
 from oncelog.types import TopicPartition
-from tests.unit.metrics_broker import Broker
+from tests.unit.metrics_broker import CLUSTERED, Broker, replica_state
 
 OFFSETS = TopicPartition("__consumer_offsets", 0)
 JOIN_V = 3
@@ -29,24 +27,14 @@ SYNC_V = 1
 GROUP = "g"
 
 
-def _state(isr: tuple[int, ...], partition_epoch: int, leader_epoch: int = 0) -> ReplicaView:
-    return ReplicaView(1, leader_epoch, isr, partition_epoch, (1, 2, 3), partition_epoch + 1)
-
-
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
     broker = Broker(
         tmp_path,
-        **{
-            "etcd.connect": "http://127.0.0.1:2379",
-            "node.id": "1",
-            "offsets.topic.num.partitions": "1",
-            "group.initial.rebalance.delay.ms": "0",
-        },
+        **CLUSTERED,
+        **{"offsets.topic.num.partitions": "1", "group.initial.rebalance.delay.ms": "0"},
     )
-    replicas = broker.replicas
-    replicas.apply_topic("__consumer_offsets", uuid.uuid4(), ((1, 2, 3),), {}, True)
-    replicas.apply_partition_state(OFFSETS, _state((1, 2, 3), 0))
+    broker.lead("__consumer_offsets", internal=True)
     broker.groups.on_leadership(OFFSETS, True)
     try:
         yield broker
@@ -116,7 +104,7 @@ def test_a_waiting_member_gets_its_assignment_once_it_is_replicated(broker: Brok
     assert waiting.delayed.try_complete(False) is None
 
     # The followers leave the ISR: the leader alone commits everything; both are answered.
-    broker.replicas.apply_partition_state(OFFSETS, _state((1,), 1))
+    broker.replicas.apply_partition_state(OFFSETS, replica_state((1,), 1))
     assert not _offsets_behind(broker)
     answer = waiting.delayed.try_complete(False)
     assert answer is not None
@@ -131,7 +119,7 @@ def test_a_member_asking_after_the_leader_waits_too(broker: Broker) -> None:
     assert isinstance(led, Pending)
     late = _sync(broker, generation, other, {})  # filled already, by an unreplicated record
     assert isinstance(late, Pending)
-    broker.replicas.apply_partition_state(OFFSETS, _state((1,), 1))
+    broker.replicas.apply_partition_state(OFFSETS, replica_state((1,), 1))
     assert broker.finish(ApiKey.SYNC_GROUP, SYNC_V, late).assignment == b"B"
 
 
@@ -143,5 +131,5 @@ def test_a_leadership_move_before_replication_closes_the_waiting_member(broker: 
     assert waiting.delayed.try_complete(False) is None
     # A new leader epoch of the offsets partition (this broker still leads, in a new term):
     # the record may not survive; the member is disconnected and finds the coordinator again.
-    broker.replicas.apply_partition_state(OFFSETS, _state((1, 2, 3), 1, leader_epoch=1))
+    broker.replicas.apply_partition_state(OFFSETS, replica_state((1, 2, 3), 1, leader_epoch=1))
     assert isinstance(waiting.delayed.try_complete(False), CloseConnection)

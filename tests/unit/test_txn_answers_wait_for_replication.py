@@ -17,33 +17,28 @@ from oncelog.broker.dispatcher import Pending, Reply
 from oncelog.broker.partition import ReplicaView
 from oncelog.protocol.registry import ApiKey
 from oncelog.types import TopicPartition
-from tests.unit.metrics_broker import Broker
+from tests.unit.metrics_broker import CLUSTERED, Broker, replica_state
 
 TXN = TopicPartition("__transaction_state", 0)
 ADD_PARTITIONS_V = 3
 
 
-def _state(isr: tuple[int, ...], partition_epoch: int) -> ReplicaView:
-    return ReplicaView(1, 0, isr, partition_epoch, (1, 2, 3), partition_epoch + 1)
+#: InitProducerId v4 of transactional id "tx", a new producer.
+INIT_TX = {
+    "transactional_id": "tx",
+    "transaction_timeout": timedelta(seconds=60),
+    "producer_id": -1,
+    "producer_epoch": -1,
+}
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[Broker]:
-    broker = Broker(
-        tmp_path,
-        **{
-            "etcd.connect": "http://127.0.0.1:2379",
-            "node.id": "1",
-            "transaction.state.log.num.partitions": "1",
-        },
-    )
-    replicas = broker.replicas
-    replicas.apply_topic("__transaction_state", uuid.uuid4(), ((1, 2, 3),), {}, True)
-    replicas.apply_partition_state(TXN, _state((1, 2, 3), 0))
-    replicas.apply_topic("data", uuid.uuid4(), ((1, 2, 3),), {}, False)
-    replicas.apply_partition_state(TopicPartition("data", 0), _state((1, 2, 3), 0))
+    broker = Broker(tmp_path, **CLUSTERED, **{"transaction.state.log.num.partitions": "1"})
+    broker.lead("__transaction_state", internal=True)
+    broker.lead("data")
     broker.txns.on_leadership(TXN, True)
-    replicas.producer_ids.add_block(1000, 1000)  # what the server reserves in etcd
+    broker.replicas.producer_ids.add_block(1000, 1000)  # what the server reserves in etcd
     try:
         yield broker
     finally:
@@ -66,16 +61,7 @@ def _add_partitions(broker: Broker, pid: int, epoch: int) -> object:
 
 
 def test_a_retried_add_partitions_waits_for_the_first_ones_record(broker: Broker) -> None:
-    outcome, _ = broker.dispatch(
-        ApiKey.INIT_PRODUCER_ID,
-        4,
-        {
-            "transactional_id": "tx",
-            "transaction_timeout": timedelta(seconds=60),
-            "producer_id": -1,
-            "producer_epoch": -1,
-        },
-    )
+    outcome, _ = broker.dispatch(ApiKey.INIT_PRODUCER_ID, 4, INIT_TX)
     assert isinstance(outcome, Pending)  # its record waits for the followers
     meta = broker.txns.coordinator.transactions["tx"]
     pid, epoch = meta.producer_id, meta.producer_epoch
@@ -92,7 +78,7 @@ def test_a_retried_add_partitions_waits_for_the_first_ones_record(broker: Broker
 
     # Once the followers leave the ISR, the leader alone commits everything: the held answer
     # is given, and a request now is answered at once.
-    broker.replicas.apply_partition_state(TXN, _state((1,), 1))
+    broker.replicas.apply_partition_state(TXN, replica_state((1,), 1))
     answer = broker.finish(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_V, retry)
     codes = [
         p.partition_error_code
@@ -106,28 +92,12 @@ def test_a_retried_add_partitions_waits_for_the_first_ones_record(broker: Broker
 def test_init_producer_id_before_the_first_producer_id_block_is_a_retriable_error(
     tmp_path: Path,
 ) -> None:
-    broker = Broker(
-        tmp_path,
-        **{
-            "etcd.connect": "http://127.0.0.1:2379",
-            "node.id": "1",
-            "transaction.state.log.num.partitions": "1",
-        },
-    )
+    broker = Broker(tmp_path, **CLUSTERED, **{"transaction.state.log.num.partitions": "1"})
     try:
         broker.replicas.apply_topic("__transaction_state", uuid.uuid4(), ((1,),), {}, True)
         broker.replicas.apply_partition_state(TXN, ReplicaView(1, 0, (1,), 0, (1,), 1))
         broker.txns.on_leadership(TXN, True)
-        answer = broker.call(
-            ApiKey.INIT_PRODUCER_ID,
-            4,
-            {
-                "transactional_id": "tx",
-                "transaction_timeout": timedelta(seconds=60),
-                "producer_id": -1,
-                "producer_epoch": -1,
-            },
-        )
+        answer = broker.call(ApiKey.INIT_PRODUCER_ID, 4, INIT_TX)
         assert answer.error_code == 14  # COORDINATOR_LOAD_IN_PROGRESS: the client retries
     finally:
         broker.close()
@@ -139,15 +109,6 @@ def test_a_coordinator_record_wakes_the_fetches_waiting_on_its_partition(broker:
     coordinator answer, a second per transaction)."""
     woken: list[object] = []
     broker.replicas.append_listener = woken.extend
-    outcome, _ = broker.dispatch(
-        ApiKey.INIT_PRODUCER_ID,
-        4,
-        {
-            "transactional_id": "tx",
-            "transaction_timeout": timedelta(seconds=60),
-            "producer_id": -1,
-            "producer_epoch": -1,
-        },
-    )
+    outcome, _ = broker.dispatch(ApiKey.INIT_PRODUCER_ID, 4, INIT_TX)
     assert isinstance(outcome, Pending)
     assert TXN in woken
