@@ -67,6 +67,10 @@ from oncelog.broker.handlers import (
     txn_offset_commit,
     write_txn_markers,
 )
+from oncelog.broker.handlers.coordinator_wait import (
+    COORDINATOR_WRITE_TIMEOUT_MS,
+    answer_once_replicated,
+)
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
@@ -195,10 +199,6 @@ class Pending:
 Outcome = Reply | NoReply | Close | Pending
 
 
-#: How long an answer waits for its coordinator records to be replicated (Kafka's
-#: offsets.commit.timeout.ms default).
-COORDINATOR_WRITE_TIMEOUT_MS = 5_000
-
 
 class Dispatcher:
     def __init__(self, broker: BrokerContext) -> None:
@@ -287,15 +287,7 @@ class Dispatcher:
         replicas = self.broker.replicas
 
         def attempt(force: bool) -> Any:
-            for tp, required, epoch in writes:
-                replicated = replicas.replicated_to(tp, required, epoch)
-                if replicated is None:
-                    return CloseConnection(f"{tp}: leadership moved before replication")
-                if not replicated:
-                    if force:
-                        return CloseConnection(f"{tp}: coordinator records not replicated")
-                    return None
-            return answer
+            return answer_once_replicated(replicas, writes, answer, force)
 
         ready = attempt(False)
         if ready is not None:

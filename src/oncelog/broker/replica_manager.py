@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Hashable, Mapping
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from oncelog.broker.partition import Change, Partition, ReplicaView, Role
@@ -450,6 +450,17 @@ class ReplicaManager:
         if replica is None or replica.leader is None or replica.leader_epoch != epoch:
             return None
         return replica.log.high_watermark >= end
+
+    def writes_replicated(
+        self, writes: Sequence[tuple[TopicPartition, int, int]]
+    ) -> bool | None:
+        """`replicated_to` of every (partition, end, epoch) in `writes`: True when all are
+        replicated, False while one is not yet, None as soon as one's leadership moved."""
+        for tp, end, epoch in writes:
+            replicated = self.replicated_to(tp, end, epoch)
+            if not replicated:
+                return replicated
+        return True
 
     def in_sync_replicas(self, tp: TopicPartition) -> int:
         """The committed ISR's size, which min.insync.replicas is checked against."""

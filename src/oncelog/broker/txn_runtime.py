@@ -101,6 +101,9 @@ class TxnRuntime:
         if topic is not None:
             self.partitions = topic.partitions
         self.coordinator.unload(tp.partition)
+        # Requests waiting on the partition's transactions try again: a deposed coordinator
+        # answers them NOT_COORDINATOR now rather than when their wait runs out.
+        self.notify([tp])
         if not leader:
             return
         epoch = self.replicas.leader_epoch(tp)
@@ -140,13 +143,17 @@ class TxnRuntime:
         records, or closes the connection if the leadership moves first."""
         if not self.clustered:
             return
-        tp = TopicPartition(TXN_TOPIC, partition_for(txn_id, self.partitions))
+        tp = self.state_partition(txn_id)
         replica = self.replicas.replicas_by_tp.get(tp)
         if replica is None or replica.leader is None:
             return
         end = replica.log.log_end_offset
         if replica.log.high_watermark < end:
             self.replicas.coordinator_writes.append((tp, end, replica.leader_epoch))
+
+    def state_partition(self, txn_id: str) -> TopicPartition:
+        """The partition of `__transaction_state` that holds `txn_id`'s records."""
+        return TopicPartition(TXN_TOPIC, partition_for(txn_id, self.partitions))
 
     def ensure_topic(self) -> None:
         configs = internal_topic_configs(self.segment_bytes)
@@ -214,7 +221,7 @@ class TxnRuntime:
             return
         if remote and self.send_markers is not None:
             self._sending.add(txn_id)
-            state_tp = TopicPartition(TXN_TOPIC, partition_for(txn_id, self.partitions))
+            state_tp = self.state_partition(txn_id)
             decided_below = self.replicas.partition(state_tp).log_end_offset
             self.send_markers(txn_id, remote, state_tp, decided_below)
             return

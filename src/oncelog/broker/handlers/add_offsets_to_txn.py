@@ -8,22 +8,31 @@ from typing import Any
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
+from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     if not authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     if not authz.group(ctx, Op.READ, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     groups = ctx.broker.groups
     tp = TopicPartition(OFFSETS_TOPIC, groups.coordinator.partition_for(request.group_id))
-    result = ctx.broker.txns.coordinator.add_partitions(
-        request.transactional_id, request.producer_id, request.producer_epoch, [tp]
-    )
-    error = ctx.broker.txns.run(result, request.transactional_id)
-    code = for_version(error, ctx.api_key, ctx.api_version)
-    return {"throttle_time": 0, "error_code": code}
+    txns = ctx.broker.txns
+
+    def step() -> ErrorCode:
+        result = txns.coordinator.add_partitions(
+            request.transactional_id, request.producer_id, request.producer_epoch, [tp]
+        )
+        return txns.run(result, request.transactional_id)
+
+    def answer(error: ErrorCode) -> dict[str, Any]:
+        return {"throttle_time": 0, "error_code": for_version(error, ctx.api_key, ctx.api_version)}
+
+    # As AddPartitionsToTxn: wait for the previous transaction's completion, not a retry.
+    return after_previous_transaction(ctx, request.transactional_id, step, answer)

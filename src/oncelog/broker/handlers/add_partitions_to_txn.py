@@ -14,13 +14,15 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     if ctx.api_version >= 4:
         if not authz.authorize_cluster(ctx, Op.CLUSTER_ACTION):
             return {
@@ -42,20 +44,25 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 refused[tp] = ErrorCode.topic_authorization_failed
             elif ctx.broker.replicas.logs.get(tp) is None:
                 refused[tp] = ErrorCode.unknown_topic_or_partition
-    codes: dict[TopicPartition, ErrorCode] = {}
     if refused:
-        for tp in tps:
-            codes[tp] = refused.get(tp, ErrorCode.operation_not_attempted)
-    else:
+        return _answer({tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in tps})
+    txn_id = request.v3_and_below_transactional_id
+
+    def step() -> ErrorCode:
         result = txns.coordinator.add_partitions(
-            request.v3_and_below_transactional_id,
-            request.v3_and_below_producer_id,
-            request.v3_and_below_producer_epoch,
-            tps,
+            txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, tps
         )
-        error = txns.run(result, request.v3_and_below_transactional_id)
-        code = for_version(error, ctx.api_key, ctx.api_version)
-        codes = dict.fromkeys(tps, code)
+        return txns.run(result, txn_id)
+
+    def answer(error: ErrorCode) -> dict[str, Any]:
+        return _answer(dict.fromkeys(tps, for_version(error, ctx.api_key, ctx.api_version)))
+
+    # The producer's next transaction often starts while its last one's markers are being
+    # written: wait for them rather than answer CONCURRENT_TRANSACTIONS (coordinator_wait).
+    return after_previous_transaction(ctx, txn_id, step, answer)
+
+
+def _answer(codes: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, code in codes.items():
         by_topic[tp.topic].append({"partition_index": tp.partition, "partition_error_code": code})
