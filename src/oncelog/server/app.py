@@ -310,19 +310,36 @@ class BrokerServer:
         self, txn_id: str, markers: list[Marker], state_tp: TopicPartition, decided_below: int
     ) -> None:
         """Markers go out once the transaction's state partition is replicated past its
-        decision, by this broker still leading it in the same epoch."""
+        decision, by this broker still leading it in the same epoch. The wait is in the
+        purgatory, on the partition's high watermark: the markers leave on the move that
+        covers the decision, not on a poll's next tick."""
         replica = self.replicas.replicas_by_tp.get(state_tp)
         epoch = replica.leader_epoch if replica is not None else -1
 
         def replicated() -> bool | None:
-            current = self.replicas.replicas_by_tp.get(state_tp)
-            if current is None or current.leader is None or current.leader_epoch != epoch:
-                return None
-            return current.log.high_watermark >= decided_below
+            return self.replicas.replicated_to(state_tp, decided_below, epoch)
 
-        self.markers.send(
-            txn_id, markers, self.txns.markers_sent, replicated, self.txns.decision_replicated
-        )
+        def attempt(force: bool) -> bool | None:
+            ready = replicated()
+            if ready:
+                return True
+            return False if ready is None or force else None
+
+        def send(ready: object) -> None:
+            if ready is not True:  # the leadership moved, or the followers did not follow
+                self.txns.markers_sent(txn_id, False)
+                return
+            self.txns.decision_replicated(txn_id)
+            self.markers.send(
+                txn_id, markers, self.txns.markers_sent, lambda: replicated() is not None
+            )
+
+        ready = attempt(False)
+        if ready is not None:
+            send(ready)
+            return
+        deadline = self.clock.monotonic_ms() + int(self.markers.timeout_s * 1000)
+        self._watch(Delayed(attempt, deadline, (state_tp,), on_done=send))
 
     def _leadership_moved(self, tp: TopicPartition, leader: bool) -> None:
         """The coordinators load or unload the internal partitions this broker leads."""

@@ -28,7 +28,6 @@ from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnav
 log = logging.getLogger(__name__)
 
 WRITE_TXN_MARKERS_VERSION = 1
-REPLICATION_POLL_S = 0.005
 RETRY_BACKOFF_S = 0.1
 RETRY_BACKOFF_MAX_S = 1.0
 
@@ -59,13 +58,12 @@ class TxnMarkerSender:
         txn_id: str,
         markers: list[Marker],
         done: Callable[[str, bool], None],
-        replicated: Callable[[], bool | None] | None = None,
-        before_send: Callable[[str], None] | None = None,
+        coordinating: Callable[[], bool],
     ) -> None:
-        """Send once `replicated()` is True (checked every few ms); None from it means the
-        decision may never be replicated (the coordinator lost its leadership): give up."""
+        """Send now (the caller waited until the decision was replicated) and retry while
+        `coordinating()` says this broker still coordinates the transaction."""
         task = asyncio.get_running_loop().create_task(
-            self._send_when(txn_id, markers, done, replicated, before_send)
+            self._send_until_done(txn_id, markers, done, coordinating)
         )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -76,28 +74,16 @@ class TxnMarkerSender:
         for channel in self._channels.values():
             channel.close()
 
-    async def _send_when(
+    async def _send_until_done(
         self,
         txn_id: str,
         markers: list[Marker],
         done: Callable[[str, bool], None],
-        replicated: Callable[[], bool | None] | None,
-        before_send: Callable[[str], None] | None,
+        coordinating: Callable[[], bool],
     ) -> None:
-        deadline = asyncio.get_running_loop().time() + self.timeout_s
-        while replicated is not None:
-            ready = replicated()
-            if ready:
-                break
-            if ready is None or asyncio.get_running_loop().time() > deadline:
-                done(txn_id, False)
-                return
-            await asyncio.sleep(REPLICATION_POLL_S)
-        if before_send is not None:
-            before_send(txn_id)
         backoff = RETRY_BACKOFF_S
         while not await self._send(markers):
-            if replicated is None or replicated() is None:
+            if not coordinating():
                 done(txn_id, False)  # no longer this transaction's coordinator
                 return
             # Kafka's marker channel retries at once too: a leader that was down comes back
