@@ -16,8 +16,9 @@ A transactional confluent-kafka producer (this process) against three brokers + 
 ``--mock`` runs the same loop on librdkafka's mock cluster (3 brokers, no replication) after
 each round, for comparison; ``--warmup`` transactions run first, uncounted. Each
 coordinator answer waits until its ``__transaction_state`` record is replicated, so these
-figures show how fast a record of that internal topic reaches the followers. Run it with ``--oncelog-rev`` against two commits to compare. Every
-process started is killed by its pid; ``--timeout`` bounds the run. Usage: bench/README.md.
+figures show how fast a record of that internal topic reaches the followers. Run it with
+``--oncelog-rev`` against two commits to compare. Every process started is killed by its
+pid; ``--timeout`` bounds the run. Usage: bench/README.md.
 """
 
 from __future__ import annotations

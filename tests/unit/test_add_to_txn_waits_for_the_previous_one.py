@@ -1,11 +1,13 @@
 """A producer's next transaction waits for its last one's completion instead of being told
-CONCURRENT_TRANSACTIONS (which librdkafka retries only after 20 ms, AddOffsetsToTxn after
-retry.backoff.ms): AddPartitionsToTxn and AddOffsetsToTxn are held until the completion is
-stored, then answered as a retry would be, once their own record is replicated."""
+CONCURRENT_TRANSACTIONS (which librdkafka retries only after 20 ms, the others after
+retry.backoff.ms): AddPartitionsToTxn, AddOffsetsToTxn and InitProducerId are held until the
+completion is stored, then answered as a retry would be, once their own record is
+replicated."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +193,60 @@ def test_a_deposed_coordinator_answers_the_waiting_request_not_coordinator(
 def test_an_answer_that_needs_no_wait_is_given_at_once(cluster: Cluster) -> None:
     assert isinstance(cluster.add_partitions(), Reply)
     assert isinstance(cluster.add_offsets(), Reply)
+
+
+def _init_producer(broker: Broker) -> Any:
+    outcome, _ = broker.dispatch(
+        ApiKey.INIT_PRODUCER_ID,
+        4,
+        {
+            "transactional_id": "tx",
+            "transaction_timeout": timedelta(seconds=60),
+            "producer_id": -1,
+            "producer_epoch": -1,
+        },
+    )
+    return outcome
+
+
+def test_a_restarted_producer_waits_while_its_open_transaction_is_aborted(
+    cluster: Cluster,
+) -> None:
+    assert isinstance(cluster.add_partitions(), Reply)  # a transaction left open
+    held = _init_producer(cluster.broker)  # a new instance fences it: abort, then a new epoch
+    assert isinstance(held, Pending)
+    assert cluster.state() == TxnState.PREPARE_ABORT
+    assert held.delayed.try_complete(False) is None
+    cluster.broker.txns.markers_sent("tx", True)
+    answer = cluster.answer(ApiKey.INIT_PRODUCER_ID, 4, held)
+    assert answer.error_code == ErrorCode.none
+    # One bump fenced the old instance's transaction, the second is the new session's.
+    assert (answer.producer_id, answer.producer_epoch) == (cluster.pid, cluster.epoch + 2)
+    assert cluster.state() == TxnState.EMPTY
+
+
+def test_a_single_broker_fences_and_answers_in_one_round(tmp_path: Path) -> None:
+    broker = Broker(tmp_path)
+    try:
+        broker.create_topic("data")
+        pid, epoch = broker.init_producer("tx")
+        added = broker.call(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            ADD_PARTITIONS_V,
+            {
+                "v3_and_below_transactional_id": "tx",
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [{"name": "data", "partitions": [0]}],
+                "transactions": [],
+            },
+        )
+        assert _codes(added) == [ErrorCode.none]
+        # Its markers are written locally while the request is handled: no
+        # CONCURRENT_TRANSACTIONS round for the client to retry.
+        outcome = _init_producer(broker)
+        assert isinstance(outcome, Reply)
+        answer = broker.decode(ApiKey.INIT_PRODUCER_ID, 4, outcome.data)
+        assert (answer.error_code, answer.producer_epoch) == (ErrorCode.none, epoch + 2)
+    finally:
+        broker.close()

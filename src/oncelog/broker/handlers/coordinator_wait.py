@@ -4,11 +4,12 @@ transaction of the same transactional id to complete.
 A transaction is answered committed (EndTxn) once its decision is replicated; its markers
 are written after that, and until its completion is stored the coordinator answers the
 producer's next AddPartitionsToTxn or AddOffsetsToTxn with CONCURRENT_TRANSACTIONS, as
-Kafka does. Clients retry that after a fixed pause (librdkafka 20 ms for AddPartitionsToTxn,
-retry.backoff.ms for AddOffsetsToTxn), so back-to-back transactions on a cluster, whose
-markers take a few milliseconds of replication, paid that pause every time. Here the request
-waits in the purgatory instead and is answered as soon as the completion is stored: the
-same answer a retry would get, without the pause.
+Kafka does; InitProducerId too, and when it fences an open transaction it answers so while
+that one is aborted. Clients retry after a fixed pause (librdkafka 20 ms for
+AddPartitionsToTxn, retry.backoff.ms for the others), so back-to-back transactions on a
+cluster, whose markers take a few milliseconds of replication, paid that pause every time.
+Here the request waits in the purgatory instead and is answered as soon as the completion
+is stored: the same answer a retry would get, without the pause.
 """
 
 from __future__ import annotations
@@ -87,5 +88,10 @@ def after_previous_transaction(
             answered = answer(code)
         return answer_once_replicated(replicas, writes, answered, force)
 
+    # The first step may have completed the transaction itself (a single broker writes the
+    # markers of the transaction InitProducerId fences at once): try again before waiting.
+    ready = attempt(False)
+    if isinstance(ready, dict):
+        return ready
     deadline = ctx.broker.clock.monotonic_ms() + COORDINATOR_WRITE_TIMEOUT_MS
     return Delayed(attempt, deadline, (txns.state_partition(txn_id),))

@@ -12,13 +12,15 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation as Op
 from oncelog.security.acl import ResourceType
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     # Kafka: Write on the transactional id; an idempotent producer needs IdempotentWrite on
     # the cluster or Write on at least one topic.
     if request.transactional_id is not None:
@@ -29,25 +31,42 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     ):
         return _answer(ErrorCode.cluster_authorization_failed, -1, -1)
     if request.transactional_id is not None:
-        txns = ctx.broker.txns
-        try:
-            result = txns.coordinator.init_producer_id(
-                request.transactional_id,
-                int(request.transaction_timeout.total_seconds() * 1000),
-                getattr(request, "producer_id", -1),
-                getattr(request, "producer_epoch", -1),
-            )
-        except KafkaError as exc:  # a cluster's broker without a producer id block yet
-            return _answer(exc.code, -1, -1)
-        code = for_version(txns.run(result, request.transactional_id), ctx.api_key, ctx.api_version)
-        if code != ErrorCode.none:
-            return _answer(code, -1, -1)
-        return _answer(code, result.producer_id, result.producer_epoch)
+        return _transactional(ctx, request)
     try:
         producer_id = ctx.broker.replicas.producer_ids.next_id()
     except KafkaError as exc:  # a cluster's broker without a producer id block yet
         return _answer(exc.code, -1, -1)
     return _answer(ErrorCode.none, producer_id, 0)
+
+
+def _transactional(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+    txns = ctx.broker.txns
+    txn_id = request.transactional_id
+    ids = (-1, -1)
+
+    def step() -> ErrorCode:
+        nonlocal ids
+        try:
+            result = txns.coordinator.init_producer_id(
+                txn_id,
+                int(request.transaction_timeout.total_seconds() * 1000),
+                getattr(request, "producer_id", -1),
+                getattr(request, "producer_epoch", -1),
+            )
+        except KafkaError as exc:  # a cluster's broker without a producer id block yet
+            return exc.code
+        code = txns.run(result, txn_id)
+        ids = (result.producer_id, result.producer_epoch)
+        return code
+
+    def answer(error: ErrorCode) -> dict[str, Any]:
+        code = for_version(error, ctx.api_key, ctx.api_version)
+        return _answer(code, *ids) if code == ErrorCode.none else _answer(code, -1, -1)
+
+    # A producer that starts again while its last transaction is being completed, or whose
+    # open transaction this request fences and aborts, waits for the completion rather than
+    # for a retry (coordinator_wait).
+    return after_previous_transaction(ctx, txn_id, step, answer)
 
 
 def _answer(code: ErrorCode, producer_id: int, epoch: int) -> dict[str, Any]:
