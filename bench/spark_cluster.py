@@ -34,6 +34,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -148,8 +149,14 @@ def report(args: argparse.Namespace, runs: list[dict[str, Any]], extra: dict[str
         Path(args.json).write_text(json.dumps(summary, indent=2))
 
 
+def _stop(signum: int, _frame: Any) -> None:
+    """SIGTERM ends the run through `main`'s clean-up (brokers, etcd, Spark by their pids)."""
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
     args = parse_args()
+    signal.signal(signal.SIGTERM, _stop)
     work = Path(tempfile.mkdtemp(prefix="oncelog-bench-spark-cluster-"))
     broker_settings = overrides_of(args.override)
     # Kafka's timings replace every one of the harness's FAST ones.
