@@ -120,7 +120,16 @@ def test_options() -> None:
         }
     )
     assert (o.sink_id, o.marker_topic, o.semantics) == ("out", "out", "exactly-once")
-    assert o.client_conf() == {"linger.ms": "10", "bootstrap.servers": "h:1"}
+    assert o.client_conf() == {
+        "reconnect.backoff.ms": "10",
+        "linger.ms": "10",
+        "bootstrap.servers": "h:1",
+    }
+    # The sink's client defaults give way to the user's.
+    mine = SinkOptions.parse(
+        {"kafka.bootstrap.servers": "h:1", "topic": "out", "kafka.reconnect.backoff.ms": "250"}
+    )
+    assert mine.client_conf()["reconnect.backoff.ms"] == "250"
     assert o.fail_attempt0 == (2, 1) and o.kill_in_commit == (123, 4)
     lax = SinkOptions.parse(
         {"kafka.bootstrap.servers": "h", "sinkId": "s", "semantics": "at-least-once"}
