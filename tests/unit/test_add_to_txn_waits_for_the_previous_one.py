@@ -250,3 +250,22 @@ def test_a_single_broker_fences_and_answers_in_one_round(tmp_path: Path) -> None
         assert (answer.error_code, answer.producer_epoch) == (ErrorCode.none, epoch + 2)
     finally:
         broker.close()
+
+
+def test_a_retried_end_txn_waits_for_its_decision_to_complete(cluster: Cluster) -> None:
+    cluster.commit()
+    outcome, _ = cluster.broker.dispatch(
+        ApiKey.END_TXN,
+        END_TXN_V,
+        {
+            "transactional_id": "tx",
+            "producer_id": cluster.pid,
+            "producer_epoch": cluster.epoch,
+            "committed": True,
+        },
+    )
+    assert isinstance(outcome, Pending)  # the same decision, still completing
+    assert outcome.delayed.try_complete(False) is None
+    cluster.markers_written()
+    answer = cluster.answer(ApiKey.END_TXN, END_TXN_V, outcome)
+    assert answer.error_code == ErrorCode.none  # the retry of a completed commit

@@ -4,12 +4,13 @@ transaction of the same transactional id to complete.
 A transaction is answered committed (EndTxn) once its decision is replicated; its markers
 are written after that, and until its completion is stored the coordinator answers the
 producer's next AddPartitionsToTxn or AddOffsetsToTxn with CONCURRENT_TRANSACTIONS, as
-Kafka does; InitProducerId too, and when it fences an open transaction it answers so while
-that one is aborted. Clients retry after a fixed pause (librdkafka 20 ms for
-AddPartitionsToTxn, retry.backoff.ms for the others), so back-to-back transactions on a
-cluster, whose markers take a few milliseconds of replication, paid that pause every time.
-Here the request waits in the purgatory instead and is answered as soon as the completion
-is stored: the same answer a retry would get, without the pause.
+Kafka does; InitProducerId too (also while it aborts the open transaction it fences), and
+a retried EndTxn while its own decision completes. Clients retry after a fixed pause
+(librdkafka 20 ms for AddPartitionsToTxn, retry.backoff.ms for the others), so
+back-to-back transactions on a cluster, whose markers take a few milliseconds of
+replication, paid that pause every time. Here the request waits in the purgatory instead
+and is answered as soon as the completion is stored: the same answer a retry would get,
+without the pause.
 """
 
 from __future__ import annotations
