@@ -199,7 +199,6 @@ class Pending:
 Outcome = Reply | NoReply | Close | Pending
 
 
-
 class Dispatcher:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
