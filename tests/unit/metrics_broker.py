@@ -127,6 +127,21 @@ class Broker:
         response = pending.delayed.try_complete(True)
         return self.decode(api_key, version, pending.finish(response))
 
+    def add_partitions(self, transactional_id: str, pid: int, epoch: int, topic: str) -> Outcome:
+        """AddPartitionsToTxn v3 of partition 0 of `topic`; the dispatcher's outcome."""
+        outcome, _ = self.dispatch(
+            ApiKey.ADD_PARTITIONS_TO_TXN,
+            3,
+            {
+                "v3_and_below_transactional_id": transactional_id,
+                "v3_and_below_producer_id": pid,
+                "v3_and_below_producer_epoch": epoch,
+                "v3_and_below_topics": [{"name": topic, "partitions": [0]}],
+                "transactions": [],
+            },
+        )
+        return outcome
+
     def init_producer(self, transactional_id: str | None = None) -> tuple[int, int]:
         answer = self.call(
             ApiKey.INIT_PRODUCER_ID,

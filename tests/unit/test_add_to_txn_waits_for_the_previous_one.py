@@ -47,18 +47,7 @@ class Cluster:
         self.pid, self.epoch = broker.init_producer("tx")
 
     def add_partitions(self) -> Any:
-        outcome, _ = self.broker.dispatch(
-            ApiKey.ADD_PARTITIONS_TO_TXN,
-            ADD_PARTITIONS_V,
-            {
-                "v3_and_below_transactional_id": "tx",
-                "v3_and_below_producer_id": self.pid,
-                "v3_and_below_producer_epoch": self.epoch,
-                "v3_and_below_topics": [{"name": "data", "partitions": [0]}],
-                "transactions": [],
-            },
-        )
-        return outcome
+        return self.broker.add_partitions("tx", self.pid, self.epoch, "data")
 
     def add_offsets(self) -> Any:
         outcome, _ = self.broker.dispatch(
@@ -230,17 +219,9 @@ def test_a_single_broker_fences_and_answers_in_one_round(tmp_path: Path) -> None
     try:
         broker.create_topic("data")
         pid, epoch = broker.init_producer("tx")
-        added = broker.call(
-            ApiKey.ADD_PARTITIONS_TO_TXN,
-            ADD_PARTITIONS_V,
-            {
-                "v3_and_below_transactional_id": "tx",
-                "v3_and_below_producer_id": pid,
-                "v3_and_below_producer_epoch": epoch,
-                "v3_and_below_topics": [{"name": "data", "partitions": [0]}],
-                "transactions": [],
-            },
-        )
+        outcome = broker.add_partitions("tx", pid, epoch, "data")
+        assert isinstance(outcome, Reply)
+        added = broker.decode(ApiKey.ADD_PARTITIONS_TO_TXN, ADD_PARTITIONS_V, outcome.data)
         assert _codes(added) == [ErrorCode.none]
         # Its markers are written locally while the request is handled: no
         # CONCURRENT_TRANSACTIONS round for the client to retry.

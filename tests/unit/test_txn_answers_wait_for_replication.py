@@ -46,18 +46,7 @@ def broker(tmp_path: Path) -> Iterator[Broker]:
 
 
 def _add_partitions(broker: Broker, pid: int, epoch: int) -> object:
-    outcome, _ = broker.dispatch(
-        ApiKey.ADD_PARTITIONS_TO_TXN,
-        ADD_PARTITIONS_V,
-        {
-            "v3_and_below_transactional_id": "tx",
-            "v3_and_below_producer_id": pid,
-            "v3_and_below_producer_epoch": epoch,
-            "v3_and_below_topics": [{"name": "data", "partitions": [0]}],
-            "transactions": [],
-        },
-    )
-    return outcome
+    return broker.add_partitions("tx", pid, epoch, "data")
 
 
 def test_a_retried_add_partitions_waits_for_the_first_ones_record(broker: Broker) -> None:
