@@ -27,6 +27,13 @@ partition; `--partitions`, `--records`, `--value` change that, e.g. `--partition
   encoded). The Produce's own handling (the append) is not counted: `leader-produce` is.
 - `leader-produce`: the acks=all Produce of the same round alone.
 
+`--cold MIB` writes one byte per cache line of a buffer of that size between rounds (not
+timed) and reports the time of the rounds alone: each round then starts with caches that
+another process has filled, as in a real cluster, where six processes share two cores and
+each wake-up of a broker follows someone else's work. 16 MiB (more than the last-level
+cache) makes the leader's part of a 1 KiB message 3.5x slower than back-to-back rounds,
+close to what the brokers spend per message (RESULTS.md 11.8).
+
 The harness touches `BrokerChannel._reader`/`_writer` and builds the broker services as
 `tests/unit/metrics_broker.py` does, so it runs on older commits (`PYTHONPATH` of a
 `git archive`) to compare before and after.
@@ -43,7 +50,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +95,40 @@ def _set_shape(partitions: int, records: int, value: int) -> None:
 
 
 _set_shape(PARTITIONS, RECORDS, VALUE)
+
+
+class Rounds:
+    """Runs rounds and times them, with `--cold`'s eviction between them (untimed)."""
+
+    def __init__(self, cold_mib: int) -> None:
+        self.junk = bytearray(cold_mib * 1024 * 1024)
+        self.spent = 0.0
+
+    def evict(self) -> None:
+        junk = self.junk
+        for i in range(0, len(junk), 64):
+            junk[i] ^= 1
+
+    def timed(self, step: Callable[[], Any]) -> Any:
+        if self.junk:
+            self.evict()
+        started = time.perf_counter()
+        try:
+            return step()
+        finally:
+            self.spent += time.perf_counter() - started
+
+    async def timed_async(self, step: Callable[[], Awaitable[Any]]) -> Any:
+        if self.junk:
+            self.evict()
+        started = time.perf_counter()
+        try:
+            return await step()
+        finally:
+            self.spent += time.perf_counter() - started
+
+
+ROUNDS = Rounds(0)
 
 
 def batch(base_offset: int, seq: int, leader_epoch: int = 0) -> bytes:
@@ -226,8 +267,12 @@ def follower_step(
 
     loop.run_until_complete(run(warmup))
 
+    async def run_timed(n: int) -> None:
+        for _ in range(n):
+            await ROUNDS.timed_async(one_round)
+
     def measured() -> None:
-        loop.run_until_complete(run(rounds))
+        loop.run_until_complete(run_timed(rounds))
 
     def check() -> None:
         ends = {r.log.log_end_offset for r in parts[:PARTITIONS]}
@@ -363,11 +408,11 @@ def leader_steps(
     def run(lo: int, hi: int, part: str) -> None:
         for r in range(lo, hi):
             if part == "leader-produce":
-                operator.call(produce, r)
+                ROUNDS.timed(lambda r=r: operator.call(produce, r))
                 replicate(r)
             elif part == "leader-fetch":
                 produce(r)
-                operator.call(replicate, r)
+                ROUNDS.timed(lambda r=r: operator.call(replicate, r))
             else:
                 produce(r)
                 replicate(r)
@@ -403,11 +448,19 @@ def main() -> None:
         action="store_true",
         help="follower: the leader's answers open a fetch session (id 1)",
     )
+    parser.add_argument(
+        "--cold",
+        type=int,
+        default=0,
+        metavar="MIB",
+        help="between rounds, write a buffer of this many MiB (caches left cold, untimed)",
+    )
     parser.add_argument("--partitions", type=int, default=PARTITIONS, help="busy partitions")
     parser.add_argument("--records", type=int, default=RECORDS, help="records per batch")
     parser.add_argument("--value", type=int, default=VALUE, help="bytes per record value")
     args = parser.parse_args()
     _set_shape(args.partitions, args.records, args.value)
+    ROUNDS.__init__(args.cold)  # type: ignore[misc]
     with tempfile.TemporaryDirectory(prefix="replication-cpu-") as tmp:
         if args.step == "follower":
             measured, check = follower_step(
@@ -427,9 +480,10 @@ def main() -> None:
             profiler.dump_stats(args.profile)
         elapsed = time.perf_counter() - started
         check()
+    cold = f", {ROUNDS.spent / args.rounds * 1e6:.0f} us/round cold ({args.cold} MiB)"
     print(
-        f"{args.step}: {args.rounds} rounds, {elapsed / args.rounds * 1e6:.0f} us/round wall "
-        f"(divide callgrind's count by {args.rounds})",
+        f"{args.step}: {args.rounds} rounds, {elapsed / args.rounds * 1e6:.0f} us/round wall"
+        f"{cold if args.cold else ''} (divide callgrind's count by {args.rounds})",
         file=sys.stderr,
     )
 
