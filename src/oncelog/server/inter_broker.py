@@ -15,8 +15,10 @@ listener's JAAS config (`ChannelSecurity`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import struct
+from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
@@ -114,7 +116,18 @@ class BrokerChannel:
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._correlation = 0
-        self._lock = asyncio.Lock()
+        #: One call at a time, in arrival order: `_busy` while one runs, the others wait in
+        #: `_turns` (asyncio.Lock's `async with`, with an asyncio.timeout per call, was a
+        #: fifth of a follower's round; bench/replication_cpu.py, issue 15).
+        self._busy = False
+        self._turns: deque[asyncio.Future[None]] = deque()
+        #: The running call's deadline (loop time) and the one timer that checks it, re-armed
+        #: only when it fires early, not made and cancelled per call.
+        self._deadline = 0.0
+        self._in_call = False
+        self._expired = False
+        self._watchdog: asyncio.TimerHandle | None = None
+        self._watchdog_at = 0.0
 
     def moved(self, host: str, port: int) -> bool:
         return (host, port) != (self.host, self.port)
@@ -133,12 +146,17 @@ class BrokerChannel:
     ) -> tuple[bytes, int]:
         """Send one request whose body is already encoded; return the response frame and
         where its body starts, for a caller that reads it itself (the replica fetcher)."""
-        async with self._lock:
+        if self._busy:
+            await self._wait_turn()
+        else:
+            self._busy = True
+        try:
+            timeout = timeout_s or self.timeout_s
             try:
-                # A timeout scope, not wait_for: no task per call (a follower makes one call
-                # per replication round).
-                async with asyncio.timeout(timeout_s or self.timeout_s):
-                    return await self._call(api_key, version, payload)
+                if self._writer is None:
+                    async with asyncio.timeout(timeout):
+                        await self._connect()
+                return await self._timed_exchange(api_key, version, payload, timeout)
             except (
                 OSError, EOFError, TimeoutError, asyncio.IncompleteReadError, SaslFailed
             ) as exc:  # fmt: skip
@@ -149,16 +167,78 @@ class BrokerChannel:
             except Exception:
                 self.close()
                 raise
+            except asyncio.CancelledError:
+                self.close()  # its answer may still come: not for the next call to read
+                raise
+        finally:
+            self._next_turn()
 
-    async def _call(self, api_key: int, version: int, payload: bytes) -> tuple[bytes, int]:
-        if self._writer is None:
-            context = self.security.ssl_context if self.security is not None else None
-            self._reader, self._writer = await asyncio.open_connection(
-                self.host, self.port, ssl=context, server_hostname=self.host if context else None
-            )
-            if self.security is not None and self.security.mechanism is not None:
-                await self._authenticate(self.security)
-        return await self._exchange(api_key, version, payload)
+    async def _wait_turn(self) -> None:
+        waiter = asyncio.get_running_loop().create_future()
+        self._turns.append(waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.done() and not waiter.cancelled():
+                self._next_turn()  # handed the turn as it was cancelled: pass it on
+            else:
+                with contextlib.suppress(ValueError):
+                    self._turns.remove(waiter)
+            raise
+
+    def _next_turn(self) -> None:
+        while self._turns:
+            waiter = self._turns.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the turn passes on: still busy
+                return
+        self._busy = False
+
+    async def _connect(self) -> None:
+        context = self.security.ssl_context if self.security is not None else None
+        self._reader, self._writer = await asyncio.open_connection(
+            self.host, self.port, ssl=context, server_hostname=self.host if context else None
+        )
+        if self.security is not None and self.security.mechanism is not None:
+            await self._authenticate(self.security)
+
+    async def _timed_exchange(
+        self, api_key: int, version: int, payload: bytes, timeout: float
+    ) -> tuple[bytes, int]:
+        """`_exchange` within `timeout`: past it the watchdog aborts the connection, which
+        ends the read or drain in progress, and the call raises TimeoutError."""
+        loop = asyncio.get_running_loop()
+        deadline = self._deadline = loop.time() + timeout
+        if self._watchdog is None or self._watchdog_at > deadline:
+            if self._watchdog is not None:
+                self._watchdog.cancel()
+            self._watchdog = loop.call_at(deadline, self._watch)
+            self._watchdog_at = deadline
+        self._in_call, self._expired = True, False
+        try:
+            answer = await self._exchange(api_key, version, payload)
+        except (OSError, EOFError) as exc:  # IncompleteReadError is an EOFError
+            if self._expired:
+                raise TimeoutError(f"no answer within {timeout:g} s") from exc
+            raise
+        finally:
+            self._in_call = False
+        if self._expired:  # the answer was in before the abort: the next call reconnects
+            self.close()
+        return answer
+
+    def _watch(self) -> None:
+        self._watchdog = None
+        if not self._in_call:
+            return  # idle: the next call arms it again
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._deadline:  # a later call moved the deadline on
+            self._watchdog = loop.call_at(self._deadline, self._watch)
+            self._watchdog_at = self._deadline
+            return
+        self._expired = True
+        if self._writer is not None:
+            self._writer.transport.abort()
 
     async def _authenticate(self, security: ChannelSecurity) -> None:
         """SaslHandshake v1, then SaslAuthenticate v2 rounds (SaslFailed on a refusal)."""
@@ -208,3 +288,6 @@ class BrokerChannel:
         if self._writer is not None:
             self._writer.close()
         self._reader = self._writer = None
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None

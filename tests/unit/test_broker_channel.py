@@ -1,0 +1,188 @@
+"""BrokerChannel's turns and timeouts against a real socket on 127.0.0.1.
+
+The channel serves one call at a time in arrival order, and a call the peer does not answer
+ends with PeerUnavailable once its timeout passes; both without an asyncio.Lock or a timer
+per call (the replica fetcher makes a call per replication round)."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from oncelog.server.inter_broker import BrokerChannel, PeerUnavailable
+
+API_VERSIONS = 18
+
+
+class Peer:
+    """A peer that answers each request (v0 framing) with its correlation id and the
+    request's client id reversed, after `delay` seconds, or never when `silent`."""
+
+    def __init__(self) -> None:
+        self.delay = 0.0
+        self.silent = False
+        self.outstanding = 0
+        self.most_outstanding = 0
+        self.connections = 0
+        self.served: list[int] = []
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            while True:
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
+                frame = await reader.readexactly(size)
+                _, _, correlation, id_len = struct.unpack_from(">hhih", frame)
+                marker = frame[10 : 10 + id_len]
+                self.outstanding += 1
+                self.most_outstanding = max(self.most_outstanding, self.outstanding)
+                if self.silent:
+                    continue
+                await asyncio.sleep(self.delay)
+                self.outstanding -= 1
+                self.served.append(correlation)
+                body = struct.pack(">i", correlation) + marker[::-1]
+                writer.write(struct.pack(">i", len(body)) + body)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            writer.close()
+
+
+def run(test: Callable[[Peer, int], Awaitable[None]]) -> None:
+    async def main() -> None:
+        peer = Peer()
+        server = await asyncio.start_server(peer.handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        try:
+            await test(peer, port)
+        finally:
+            server.close()
+
+    asyncio.run(main())
+
+
+async def call(channel: BrokerChannel, timeout_s: float | None = None) -> bytes:
+    frame, pos = await channel.call_raw(API_VERSIONS, 0, b"", timeout_s)
+    return bytes(frame[pos:])
+
+
+def test_concurrent_calls_go_one_at_a_time_in_order() -> None:
+    async def scenario(peer: Peer, port: int) -> None:
+        peer.delay = 0.01
+        channel = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        answers = await asyncio.gather(*(call(channel) for _ in range(8)))
+        assert answers == [b"cba"] * 8
+        assert peer.most_outstanding == 1
+        assert peer.served == list(range(1, 9))
+        channel.close()
+
+    run(scenario)
+
+
+def test_a_silent_peer_times_the_call_out_and_the_next_call_reconnects() -> None:
+    async def scenario(peer: Peer, port: int) -> None:
+        channel = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        assert await call(channel) == b"cba"  # a watchdog is armed for 5 s from here
+        peer.silent = True
+        started = time.monotonic()
+        with pytest.raises(PeerUnavailable, match=r"no answer within 0\.2 s"):
+            await call(channel, 0.2)
+        took = time.monotonic() - started
+        assert 0.19 <= took < 2.0, took
+        peer.silent = False
+        assert await call(channel) == b"cba"
+        assert peer.connections == 2
+        channel.close()
+
+    run(scenario)
+
+
+def test_a_late_answer_after_quick_ones_still_times_out() -> None:
+    """The deadline moves with every call; the one timer follows it."""
+
+    async def scenario(peer: Peer, port: int) -> None:
+        channel = BrokerChannel(1, "127.0.0.1", port, 0.3, "abc")
+        for _ in range(20):
+            assert await call(channel) == b"cba"
+        await asyncio.sleep(0.35)  # the first call's deadline passes with nothing running
+        assert await call(channel) == b"cba"
+        peer.delay = 1.0
+        with pytest.raises(PeerUnavailable, match=r"no answer within 0\.3 s"):
+            await call(channel)
+        channel.close()
+
+    run(scenario)
+
+
+def test_a_cancelled_waiting_call_leaves_the_turns_to_the_others() -> None:
+    async def scenario(peer: Peer, port: int) -> None:
+        peer.delay = 0.05
+        channel = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        first = asyncio.create_task(call(channel))
+        waiting = asyncio.create_task(call(channel))
+        third = asyncio.create_task(call(channel))
+        await asyncio.sleep(0.01)
+        waiting.cancel()
+        results: list[Any] = await asyncio.gather(first, waiting, third, return_exceptions=True)
+        assert results[0] == b"cba"
+        assert isinstance(results[1], asyncio.CancelledError)
+        assert results[2] == b"cba"
+        assert await call(channel) == b"cba"
+        assert peer.served == [1, 2, 3]
+        channel.close()
+
+    run(scenario)
+
+
+def test_a_call_cancelled_as_its_turn_comes_passes_the_turn_on() -> None:
+    async def scenario(peer: Peer, port: int) -> None:
+        channel = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        channel._busy = True  # a call runs
+        second = asyncio.create_task(channel._wait_turn())
+        third = asyncio.create_task(channel._wait_turn())
+        await asyncio.sleep(0)
+        channel._next_turn()  # the running call ends: `second`'s turn...
+        second.cancel()  # ...but it is cancelled before it runs
+        with pytest.raises(asyncio.CancelledError):
+            await second
+        await asyncio.wait_for(third, 1.0)  # the turn went on to `third`
+        assert channel._busy
+        channel._next_turn()
+        assert not channel._busy
+
+    run(scenario)
+
+
+def test_a_call_cancelled_in_flight_leaves_a_fresh_connection_to_the_next() -> None:
+    """Its answer may still come; the next call must not take it for its own."""
+
+    async def scenario(peer: Peer, port: int) -> None:
+        peer.delay = 0.05
+        channel = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        first = asyncio.create_task(call(channel))
+        await asyncio.sleep(0.02)  # sent, not answered
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        assert await call(channel) == b"cba"
+        assert peer.connections == 2
+        channel.close()
+
+    run(scenario)
+
+
+def test_an_unreachable_peer_is_peer_unavailable() -> None:
+    async def scenario(peer: Peer, port: int) -> None:
+        channel = BrokerChannel(1, "127.0.0.1", 1, 1.0, "abc")
+        with pytest.raises(PeerUnavailable, match=r"broker 1 at 127\.0\.0\.1:1"):
+            await call(channel)
+        assert not channel._busy
+
+    run(scenario)
