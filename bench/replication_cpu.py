@@ -34,8 +34,8 @@ each wake-up of a broker follows someone else's work. 16 MiB (more than the last
 cache) makes the leader's part of a 1 KiB message 3.5x slower than back-to-back rounds,
 close to what the brokers spend per message (RESULTS.md 11.8).
 
-The harness touches `BrokerChannel._reader`/`_writer` and builds the broker services as
-`tests/unit/metrics_broker.py` does, so it runs on older commits (`PYTHONPATH` of a
+The harness touches `BrokerChannel._conn` (`_reader`/`_writer` before) and builds the broker
+services as `tests/unit/metrics_broker.py` does, so it runs on older commits (`PYTHONPATH` of a
 `git archive`) to compare before and after.
 """
 
@@ -192,6 +192,23 @@ class _FakeReader:
         return frame
 
 
+class _FakeConn:
+    """The same answers for a channel on a `PeerConnection` (since issue 15's eighth round)."""
+
+    def __init__(self, channel: BrokerChannel) -> None:
+        self.channel = channel
+        self.bodies: list[bytes] = []
+
+    async def send(self, data: bytes) -> None:
+        pass
+
+    async def answer(self) -> bytes:
+        return struct.pack(">i", self.channel._correlation) + b"\x00" + self.bodies.pop(0)
+
+    def close(self) -> None:
+        pass
+
+
 def fetch_response_body(offsets: list[int], round_: int, session_id: int = 0) -> bytes:
     parts = [
         {
@@ -235,9 +252,13 @@ def follower_step(
         parts.append(replica)
     fetcher = ReplicaFetcher(replicas, lambda _id: ("127.0.0.1", 1))
     channel = BrokerChannel(1, "127.0.0.1", 1, 30.0, "bench-fetcher")
-    reader = _FakeReader(channel)
-    channel._reader = reader  # type: ignore[assignment]
-    channel._writer = _FakeWriter()  # type: ignore[assignment]
+    reader: _FakeReader | _FakeConn
+    if hasattr(channel, "_conn"):
+        reader = channel._conn = _FakeConn(channel)  # type: ignore[assignment]
+    else:  # older commits: asyncio streams
+        reader = _FakeReader(channel)
+        channel._reader = reader  # type: ignore[attr-defined]
+        channel._writer = _FakeWriter()  # type: ignore[attr-defined]
     # The leader's answers carry the busy partitions only: in a session (`session`, id 1 from
     # the first answer on) the idle ones are then left out of the requests too.
     for r in range(warmup + rounds):

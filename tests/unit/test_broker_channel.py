@@ -26,6 +26,10 @@ class Peer:
     def __init__(self) -> None:
         self.delay = 0.0
         self.silent = False
+        #: Bytes of padding after the marker in each answer.
+        self.pad = 0
+        #: "half": send half an answer and close; "bad": announce a negative length.
+        self.misbehave = ""
         self.outstanding = 0
         self.most_outstanding = 0
         self.connections = 0
@@ -46,13 +50,24 @@ class Peer:
                 await asyncio.sleep(self.delay)
                 self.outstanding -= 1
                 self.served.append(correlation)
-                body = struct.pack(">i", correlation) + marker[::-1]
-                writer.write(struct.pack(">i", len(body)) + body)
+                body = struct.pack(">i", correlation) + marker[::-1] + bytes(self.pad)
+                framed = struct.pack(">i", len(body)) + body
+                if self.misbehave == "half":
+                    writer.write(framed[: len(framed) // 2])
+                    await writer.drain()
+                    return
+                if self.misbehave == "bad":
+                    framed = struct.pack(">i", -5) + body
+                writer.write(framed)
                 await writer.drain()
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
             writer.close()
+
+    def reset(self) -> None:
+        self.misbehave = ""
+        self.pad = 0
 
 
 def run(test: Callable[[Peer, int], Awaitable[None]]) -> None:
@@ -184,5 +199,42 @@ def test_an_unreachable_peer_is_peer_unavailable() -> None:
         with pytest.raises(PeerUnavailable, match=r"broker 1 at 127\.0\.0\.1:1"):
             await call(channel)
         assert not channel._busy
+
+    run(scenario)
+
+
+@pytest.mark.parametrize("pad", [100_000, 700_000, 3_000_000])
+def test_large_answers_arrive_whole(pad: int) -> None:
+    """Past the decoder's scratch buffer an answer is received into one of its own, and
+    past 1 MiB gathered in chunks; the caller gets the whole answer as bytes either way."""
+
+    async def scenario(peer: Peer, port: int) -> None:
+        peer.pad = pad
+        channel = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        for _ in range(3):
+            frame, pos = await channel.call_raw(API_VERSIONS, 0, b"")
+            assert isinstance(frame, bytes)
+            assert frame[pos:] == b"cba" + bytes(pad)
+        channel.close()
+
+    run(scenario)
+
+
+@pytest.mark.parametrize(
+    ("misbehave", "error"),
+    [("half", "connection closed by the peer"), ("bad", "bad answer: frame size -5")],
+)
+def test_a_broken_answer_is_peer_unavailable_and_the_next_call_reconnects(
+    misbehave: str, error: str
+) -> None:
+    async def scenario(peer: Peer, port: int) -> None:
+        channel = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        peer.misbehave = misbehave
+        with pytest.raises(PeerUnavailable, match=error):
+            await call(channel)
+        peer.reset()
+        assert await call(channel) == b"cba"
+        assert peer.connections == 2
+        channel.close()
 
     run(scenario)

@@ -34,6 +34,7 @@ from oncelog.security.jaas import client_login, parse_jaas
 from oncelog.security.plain import client_message
 from oncelog.security.sasl_errors import SaslFailed
 from oncelog.security.scram import ScramClient
+from oncelog.server.peer_connection import PeerConnection
 from oncelog.server.startup import StartupError
 from oncelog.server.tls import client_context
 
@@ -113,8 +114,7 @@ class BrokerChannel:
         self.host = host
         self.port = port
         self.timeout_s = timeout_s
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._conn: PeerConnection | None = None
         self._correlation = 0
         #: One call at a time, in arrival order: `_busy` while one runs, the others wait in
         #: `_turns` (asyncio.Lock's `async with`, with an asyncio.timeout per call, was a
@@ -153,7 +153,7 @@ class BrokerChannel:
         try:
             timeout = timeout_s or self.timeout_s
             try:
-                if self._writer is None:
+                if self._conn is None:
                     async with asyncio.timeout(timeout):
                         await self._connect()
                 return await self._timed_exchange(api_key, version, payload, timeout)
@@ -196,9 +196,7 @@ class BrokerChannel:
 
     async def _connect(self) -> None:
         context = self.security.ssl_context if self.security is not None else None
-        self._reader, self._writer = await asyncio.open_connection(
-            self.host, self.port, ssl=context, server_hostname=self.host if context else None
-        )
+        self._conn = await PeerConnection.open(self.host, self.port, MAX_RESPONSE_BYTES, context)
         if self.security is not None and self.security.mechanism is not None:
             await self._authenticate(self.security)
 
@@ -237,8 +235,8 @@ class BrokerChannel:
             self._watchdog_at = self._deadline
             return
         self._expired = True
-        if self._writer is not None:
-            self._writer.transport.abort()
+        if self._conn is not None:
+            self._conn.abort()
 
     async def _authenticate(self, security: ChannelSecurity) -> None:
         """SaslHandshake v1, then SaslAuthenticate v2 rounds (SaslFailed on a refusal)."""
@@ -267,27 +265,29 @@ class BrokerChannel:
         return entity
 
     async def _exchange(self, api_key: int, version: int, payload: bytes) -> tuple[bytes, int]:
-        assert self._reader is not None and self._writer is not None
+        conn = self._conn
+        assert conn is not None
         self._correlation += 1
         flexible = is_flexible(api_key, version)
         client_id = self.client_id
         header = struct.pack(">hhih", api_key, version, self._correlation, len(client_id))
         header += client_id + (b"\x00" if flexible else b"")
-        self._writer.write(struct.pack(">i", len(header) + len(payload)) + header + payload)
-        await self._writer.drain()
-        (size,) = struct.unpack(">i", await self._reader.readexactly(4))
-        if not 4 <= size <= MAX_RESPONSE_BYTES:
-            raise EOFError(f"response of {size} bytes")
-        frame = await self._reader.readexactly(size)
+        await conn.send(struct.pack(">i", len(header) + len(payload)) + header + payload)
+        answer = await conn.answer()
+        if len(answer) < 4:
+            raise EOFError(f"response of {len(answer)} bytes")
+        # A large answer arrives as a view of the buffer it was received into: callers get
+        # bytes, as they always have (kio's readers, the records a follower appends).
+        frame = answer if isinstance(answer, bytes) else answer.tobytes()
         (correlation,) = struct.unpack_from(">i", frame, 0)
         if correlation != self._correlation:
             raise EOFError(f"correlation id {correlation}, expected {self._correlation}")
         return frame, 4 + (1 if flexible and api_key != API_VERSIONS_KEY else 0)
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        self._reader = self._writer = None
+        if self._conn is not None:
+            self._conn.close()
+        self._conn = None
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
