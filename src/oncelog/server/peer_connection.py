@@ -86,7 +86,10 @@ class PeerConnection(asyncio.BufferedProtocol):
         """Write `data`; wait only if the transport's buffer is over its high-water mark."""
         if self._lost is not None or self._transport is None:
             raise EOFError(self._lost or "not connected")
-        self._transport.write(data)
+        try:
+            self._transport.write(data)
+        except RuntimeError as exc:  # uvloop: closed, its connection_lost not yet called
+            raise EOFError(f"connection closed: {exc}") from exc
         while self._write_paused and self._lost is None:
             self._drained = asyncio.get_running_loop().create_future()
             await self._drained
