@@ -100,9 +100,12 @@ _set_shape(PARTITIONS, RECORDS, VALUE)
 class Rounds:
     """Runs rounds and times them, with `--cold`'s eviction between them (untimed)."""
 
-    def __init__(self, cold_mib: int) -> None:
-        self.junk = bytearray(cold_mib * 1024 * 1024)
+    def __init__(self) -> None:
+        self.junk = bytearray()
         self.spent = 0.0
+
+    def set_cold(self, mib: int) -> None:
+        self.junk = bytearray(mib * 1024 * 1024)
 
     def evict(self) -> None:
         junk = self.junk
@@ -128,7 +131,7 @@ class Rounds:
             self.spent += time.perf_counter() - started
 
 
-ROUNDS = Rounds(0)
+ROUNDS = Rounds()
 
 
 def batch(base_offset: int, seq: int, leader_epoch: int = 0) -> bytes:
@@ -481,7 +484,7 @@ def main() -> None:
     parser.add_argument("--value", type=int, default=VALUE, help="bytes per record value")
     args = parser.parse_args()
     _set_shape(args.partitions, args.records, args.value)
-    ROUNDS.__init__(args.cold)  # type: ignore[misc]
+    ROUNDS.set_cold(args.cold)
     with tempfile.TemporaryDirectory(prefix="replication-cpu-") as tmp:
         if args.step == "follower":
             measured, check = follower_step(
