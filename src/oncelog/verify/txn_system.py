@@ -263,8 +263,9 @@ class Copier(threading.Thread):
     the consumer's group metadata (taken when the batch was polled, as Java's groupMetadata()
     only changes in poll), then commit. A transaction is never open across consume(), where
     rebalance callbacks run, so a revoked partition's records are always decided before another
-    member gets it. Errors: abort and rewind to the committed offsets; a fatal error (fenced)
-    or a failed abort recreates the producer under the same transactional.id.
+    member gets it; a batch from a consume() that ran one is dropped for a rewind. Errors: abort
+    and rewind to the committed offsets; a fatal error (fenced) or a failed abort recreates the
+    producer under the same transactional.id.
     """
 
     def __init__(self, job: TxnTest, index: int) -> None:
@@ -275,6 +276,8 @@ class Copier(threading.Thread):
         self.failure: BaseException | None = None
         self.generation = 0
         self.abandoned: list[Producer | Consumer] = []
+        #: Rebalance callbacks run so far (inside consume()).
+        self.moves = 0
 
     # clients
 
@@ -321,8 +324,14 @@ class Copier(threading.Thread):
 
         def assigned(_: Consumer, partitions: list[CkTopicPartition]) -> None:
             self.counts.rebalances += 1
+            self.moves += 1
 
-        consumer.subscribe([self.job.input_topic], on_assign=assigned)
+        def revoked(_: Consumer, partitions: list[CkTopicPartition]) -> None:
+            self.moves += 1
+
+        consumer.subscribe(
+            [self.job.input_topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked
+        )
         return consumer
 
     def close_consumer(self, consumer: Consumer) -> None:
@@ -355,6 +364,10 @@ class Copier(threading.Thread):
         try:
             assignment = consumer.assignment()
             committed = bounded(partial(consumer.committed, assignment, 15), 30)
+            if any(tp.error is not None for tp in committed):
+                # A partition librdkafka gave up on (say, still UNSTABLE_OFFSET_COMMIT) comes
+                # back with an error and no offset: not a reason to copy from the beginning.
+                return self.replace_consumer(consumer)
             for tp in committed:
                 if tp.offset < 0:
                     tp.offset = OFFSET_BEGINNING
@@ -428,12 +441,18 @@ class Copier(threading.Thread):
             elif gated:
                 consumer.resume(consumer.assignment())
                 gated = False
+            moves = self.moves
             try:
                 polled = consumer.consume(self.job.config.transaction_size, 0.5)
             except KafkaException:
                 consumer = self.replace_consumer(consumer)
                 continue
             records = [m for m in polled if m.error() is None]
+            if records and self.moves != moves:
+                # The batch may hold records of the assignment before the rebalance, which the
+                # new one reads again from the committed offsets: copy none, start from those.
+                consumer = self.rewind(consumer)
+                continue
             if not records:
                 continue
             try:

@@ -534,12 +534,20 @@ class Copier(TransactionalProducer):
     """Consume-transform-produce: copies the topic into the output topic, exactly once.
 
     A read_committed group consumer (one group for all copiers) feeds a transactional producer;
-    each batch is one transaction holding the copies and the consumed offsets
+    each batch is one transaction holding the copies and the offsets after them
     (send_offsets_to_transaction). Every copy is recorded with its ``source``, so the checker can
     prove each input was copied exactly once. After an abort (asked for, or after a failed
     commit) the consumer rewinds to the group's committed offsets. Copiers keep draining after
     the producers stop, until the group's committed offsets reach every partition's LSO.
+
+    The offsets committed are those of the records copied, not the consumer's positions: a
+    position can be unknown (after a rebalance or a seek), and librdkafka leaves such a partition
+    out of the transaction, which would commit its copies without moving its offset. A batch
+    from a consume() that ran a rebalance callback is not copied at all: it may hold records
+    of the assignment before, which the new one reads again from the committed offsets.
     """
+
+    rebalances = 0
 
     def make_consumer(self) -> Consumer:
         consumer = new_consumer(
@@ -549,13 +557,24 @@ class Copier(TransactionalProducer):
             f"{self.process}-consumer",
             **{"auto.offset.reset": "earliest", "session.timeout.ms": 10000},
         )
-        consumer.subscribe([self.run_.topic])
+        consumer.subscribe(
+            [self.run_.topic], on_assign=self.moved, on_revoke=self.moved, on_lost=self.moved
+        )
         return consumer
 
+    def moved(self, _consumer: Consumer, _partitions: list[CkTopicPartition]) -> None:
+        """A rebalance callback; they run inside consume()."""
+        self.rebalances += 1
+
     def rewind(self, consumer: Consumer) -> Consumer:
-        """Back to the committed offsets; a consumer that cannot seek is replaced."""
+        """Back to the committed offsets; a consumer that cannot seek, or that could not learn
+        a partition's committed offset, is replaced (librdkafka answers a partition it gave up
+        on, e.g. still UNSTABLE_OFFSET_COMMIT, with an error and no offset: seeking that to the
+        beginning would copy everything again)."""
         try:
             committed = bounded(partial(consumer.committed, consumer.assignment(), 10), 20)
+            if any(tp.error is not None for tp in committed):
+                return self.replace_consumer(consumer)
             for tp in committed:
                 if tp.offset < 0:
                     tp.offset = -2  # OFFSET_BEGINNING
@@ -628,10 +647,14 @@ class Copier(TransactionalProducer):
         while not self.finished(idle_since, drain_deadline):
             if drain_deadline is None and self.run_.producers_done.is_set():
                 drain_deadline = time.monotonic() + 120
+            rebalances = self.rebalances
             try:
                 messages = [m for m in consumer.consume(200, 0.3) if m.error() is None]
             except KafkaException:
                 consumer = self.replace_consumer(consumer)
+                continue
+            if self.rebalances != rebalances and messages:
+                consumer = self.rewind(consumer)
                 continue
             if not messages:
                 if time.monotonic() - idle_since > 15 and not self.caught_up():
@@ -643,6 +666,7 @@ class Copier(TransactionalProducer):
             if not self.txn_op("begin", txn, producer.begin_transaction):
                 producer, consumer = self.recreate(producer), self.rewind(consumer)
                 continue
+            ends: dict[int, int] = {}
             for m in messages:
                 partition, offset = m.partition(), m.offset()
                 assert partition is not None and offset is not None
@@ -650,10 +674,11 @@ class Copier(TransactionalProducer):
                 tid = self.transactional_id()
                 self.send(producer, partition, tid, txn, self.run_.output_topic, source)
                 producer.poll(0)
+                ends[partition] = offset + 1
             producer.flush(15)
             abort = rng.random() < self.run_.config.abort_probability
             try:
-                if self.settle(producer, consumer, txn, abort):
+                if self.settle(producer, consumer, txn, ends, abort):
                     continue
             except ClientStuck:
                 # Keep the stuck handle referenced (destroying it under a blocked call is
@@ -671,16 +696,19 @@ class Copier(TransactionalProducer):
 
     abandoned: list[Producer | Consumer]
 
-    def settle(self, producer: Producer, consumer: Consumer, txn: int, abort: bool) -> bool:
+    def settle(
+        self, producer: Producer, consumer: Consumer, txn: int, ends: dict[int, int], abort: bool
+    ) -> bool:
         """Add the offsets and commit; False when the transaction must be aborted instead."""
-        if abort or not self.offsets(producer, consumer):
+        if abort or not self.offsets(producer, consumer, ends):
             return False
         return self.txn_op("commit", txn, partial(producer.commit_transaction, 15))
 
-    def offsets(self, producer: Producer, consumer: Consumer) -> bool:
-        """Put the consumer's positions into the transaction."""
+    def offsets(self, producer: Producer, consumer: Consumer, ends: dict[int, int]) -> bool:
+        """Put the offsets after the copied records into the transaction."""
+        topic = self.run_.topic
         try:
-            positions = consumer.position(consumer.assignment())
+            positions = [CkTopicPartition(topic, p, o) for p, o in sorted(ends.items())]
             meta = consumer.consumer_group_metadata()
             bounded(partial(producer.send_offsets_to_transaction, positions, meta, 15), 30)
             return True
