@@ -5,6 +5,7 @@ survives a torn last line."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from oncelog.cli.verify import summary
 from oncelog.verify.checker import FAILURES, Anomaly, CheckResult, check, write_report
 from oncelog.verify.history import (
     Fault,
@@ -20,6 +22,7 @@ from oncelog.verify.history import (
     HistoryWriter,
     Isolation,
     Mode,
+    Note,
     Op,
     Phase,
     Poll,
@@ -430,6 +433,23 @@ def test_duplicate_copy() -> None:
     assert len([o for o in a.ops if o.process == "copier"]) == 2
 
 
+def test_a_copy_anomaly_is_shown_with_its_copiers_notes() -> None:
+    """`verify run` prints the notes (rewinds, rebalances) of the copier that made the copies,
+    from a little before the first copy to just after the last: what a post-mortem needs."""
+    h = copy_history([("y0", 0), ("y0b", 0), ("y1", 1)])
+    h.ops = [replace(op, time=100.0 + i) for i, op in enumerate(h.ops)]
+    first = min(o.time for o in h.ops if isinstance(o, Send) and o.process == "copier")
+    h.ops += [
+        Note("copier", "rewind", "p0=none", time=first - 1),
+        Note("copier", "assigned", "p0 p1", time=first + 0.5),
+        Note("copier2", "rewind", "p0=7", time=first + 0.5),  # not the copies' copier
+        Note("copier", "rewind", "p0=1", time=first - 60),  # long before
+    ]
+    text = summary(h.check(), h.ops)
+    assert "rewind p0=none" in text and "assigned p0 p1" in text
+    assert "p0=7" not in text and "p0=1" not in text
+
+
 def test_aborted_copy_is_not_a_copy() -> None:
     """A copy in an aborted transaction, redone after the rewind, is not a duplicate."""
     h = H()
@@ -531,6 +551,7 @@ def every_op() -> list[Op]:
         Poll("c", 4, "invoke", "subscribe", "read_uncommitted"),
         Poll("c", 4, "ok", "subscribe", "read_uncommitted", (Record(T, 0, 3, "a"),)),
         FinalRead(T, 0, "read_committed", (Record(T, 0, 3, "a"), Record(T, 0, 5, "c"))),
+        Note("cp", "rewind", "p0=339 p1=none", time=3.5),
         Fault("kill", "end", "broker-1"),
     ]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from oncelog.cli import verify_transactions
 from oncelog.verify.checker import ALLOWED, CheckResult, check, write_report
-from oncelog.verify.history import HistoryError, read_history
+from oncelog.verify.history import HistoryError, Note, Op, Send, read_history
 from oncelog.verify.timeline import write_timeline
 from oncelog.verify.workload import RunConfig, run
 
@@ -117,7 +117,7 @@ def run_check(args: argparse.Namespace) -> int:
         print(f"cannot read history: {e}", file=sys.stderr)
         return 2
     result = check(ops)
-    print(summary(result))
+    print(summary(result, ops))
     if args.report:
         write_report(result, args.report)
     if args.timeline:
@@ -174,7 +174,7 @@ def run_workload(args: argparse.Namespace) -> int:
     # The counts come from the history read back, through the same tally as the progress line.
     ops = read_history(config.history)
     result = check(ops)
-    print(summary(result))
+    print(summary(result, ops))
     if args.timeline:
         write_timeline(ops, args.timeline, f"oncelog verify run: {config.history}", result)
     if args.report:
@@ -187,11 +187,13 @@ def run_workload(args: argparse.Namespace) -> int:
     return 0 if result.ok else 1
 
 
-def summary(result: CheckResult) -> str:
-    """The anomaly table, then the first example of each kind found."""
+def summary(result: CheckResult, ops: list[Op] | None = None) -> str:
+    """The anomaly table, then the first example of each kind found (with the copier's notes
+    around a copy anomaly, when `ops` are given)."""
     stats = ", ".join(f"{k} {v}" for k, v in result.stats.items())
     counts = result.counts
     width = max(len(k) for k in counts)
+    history = ops
     lines = [f"history: {stats}", "", f"{'anomaly':<{width}}  count"]
     lines += [f"{kind:<{width}}  {n}" for kind, n in counts.items()]
     lines.append(f"(allowed by Kafka's design, not checked: {', '.join(ALLOWED)})")
@@ -199,12 +201,14 @@ def summary(result: CheckResult) -> str:
     for a in result.anomalies:
         if a.kind not in seen:
             seen.add(a.kind)
-            ops = ", ".join(o.label() for o in a.ops)
+            refs = ", ".join(o.label() for o in a.ops)
             note = a.fault_note(result.faults)
             lines.append(
-                f"e.g. {a.kind} on {a.topic}-{a.partition}: {a.details} by {ops}"
+                f"e.g. {a.kind} on {a.topic}-{a.partition}: {a.details} by {refs}"
                 + (f" ({note})" if note else "")
             )
+            if history is not None and a.kind in COPY_ANOMALIES:
+                lines += notes_around(history, [r.position for r in a.ops])
     if result.anomalies and result.faults:
         by_fault: dict[str, int] = {}
         for a in result.anomalies:
@@ -216,3 +220,31 @@ def summary(result: CheckResult) -> str:
     lines.append("")
     lines.append(result.verdict)
     return "\n".join(lines)
+
+
+#: The anomalies of copiers, whose notes (rewinds, rebalances) explain them.
+COPY_ANOMALIES = ("duplicate-copy", "missing-copy")
+#: At most this many notes are shown under an example.
+NOTES_SHOWN = 40
+
+
+def notes_around(ops: list[Op], positions: list[int]) -> list[str]:
+    """The notes of the copiers that sent the anomaly's copies, from 5 s before the first to
+    2 s after the last (of every copier, to the end, when no copy was sent); the latest
+    `NOTES_SHOWN` of them."""
+    sends = [op for op in (ops[p] for p in positions) if isinstance(op, Send)]
+    processes = {op.process.rsplit(".", 1)[0] for op in sends}
+    first = min((op.time for op in sends), default=0.0) - 5
+    last = max((op.time for op in sends), default=float("inf")) + 2
+    notes = [
+        op
+        for op in ops
+        if isinstance(op, Note)
+        and first <= op.time <= last
+        and (not processes or op.process.rsplit(".", 1)[0] in processes)
+    ]
+    t0 = min((op.time for op in ops if op.time > 0), default=0.0)
+    return [
+        f"  {op.time - t0:8.3f}s {op.process} {op.what} {op.detail}".rstrip()
+        for op in notes[-NOTES_SHOWN:]
+    ]

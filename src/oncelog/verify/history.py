@@ -24,6 +24,9 @@ Schema, version 1 (every line carries ``"v": 1`` and ``"type"``):
 - ``leaders``: who led what, as the cluster's metadata said at ``time`` (written when it
   changed): ``controller`` (node id, -1 unknown), ``leaders``: a list of
   ``[topic, partition, leader]`` (-1: no leader). For the timeline; the checker ignores it.
+- ``note``: ``process``, ``what``, ``detail``, ``time``: something a client did that the checker
+  does not judge but a post-mortem needs (a copier's rewind and the committed offsets it got,
+  its rebalances); the report of a copy anomaly shows the copier's notes around it.
 
 Outcomes: ``ok`` succeeded, ``fail`` definitely did not happen, ``info`` is indeterminate (timeouts,
 network errors, NOT_LEADER_OR_FOLLOWER, an abort after a commit attempt).
@@ -152,7 +155,17 @@ class Leaders:
     time: float = 0.0
 
 
-Op: TypeAlias = Send | Txn | Poll | FinalRead | Fault | Leaders
+@dataclass(frozen=True, slots=True)
+class Note:
+    """What a client did that is not an operation (a copier's rewind, a rebalance)."""
+
+    process: str
+    what: str
+    detail: str = ""
+    time: float = 0.0
+
+
+Op: TypeAlias = Send | Txn | Poll | FinalRead | Fault | Leaders | Note
 
 
 def op_to_dict(op: Op) -> dict[str, Any]:
@@ -215,6 +228,9 @@ def op_to_dict(op: Op) -> dict[str, Any]:
         out.update(
             controller=op.controller, leaders=[list(x) for x in op.leaders], time=op.time
         )
+    elif isinstance(op, Note):
+        out["type"] = "note"
+        out.update(process=op.process, what=op.what, detail=op.detail, time=op.time)
     else:
         out["type"] = "fault"
         out.update(kind=op.kind, phase=op.phase, target=op.target, detail=op.detail, time=op.time)
@@ -305,6 +321,8 @@ def op_from_dict(obj: dict[str, Any]) -> Op:
             leaders=tuple((str(t), int(p), int(n)) for t, p, n in obj["leaders"]),
             time=time,
         )
+    if kind == "note":
+        return Note(str(obj["process"]), str(obj["what"]), str(obj.get("detail", "")), time)
     raise HistoryError(f"unknown operation type {kind!r}")
 
 
@@ -422,7 +440,7 @@ class Tally:
         if isinstance(op, FinalRead):
             n["final_reads"] += 1
             return
-        if isinstance(op, Leaders):
+        if isinstance(op, Leaders | Note):
             return
         key = (type(op).__name__, op.process, op.index)
         if op.phase == "invoke":

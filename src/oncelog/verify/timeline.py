@@ -24,7 +24,17 @@ from html import escape
 from pathlib import Path
 
 from oncelog.verify.checker import ALLOWED, Anomaly, CheckResult, check
-from oncelog.verify.history import COUNTS, Fault, FinalRead, Leaders, Op, Poll, Send, tally
+from oncelog.verify.history import (
+    COUNTS,
+    Fault,
+    FinalRead,
+    Leaders,
+    Note,
+    Op,
+    Poll,
+    Send,
+    tally,
+)
 
 WIDTH, PLOT_H, GAP, LEFT, RIGHT = 960, 180, 40, 60, 20
 LANE_H, LABEL_TOP = 14, 6  # one lane of fault labels, and the margin above the first
@@ -144,7 +154,7 @@ def build(ops: list[Op], result: CheckResult | None = None) -> Timeline:
     seconds = max(1, math.ceil(t1 - t0) + 1)
     acked, polled, failed, infos = ([0] * seconds for _ in range(4))
     for op in ops:
-        if isinstance(op, Fault | FinalRead | Leaders):
+        if isinstance(op, Fault | FinalRead | Leaders | Note):
             continue
         i = max(0, min(seconds - 1, int(op.time - t0)))
         if op.phase == "fail":
