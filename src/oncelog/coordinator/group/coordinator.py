@@ -634,7 +634,12 @@ class GroupCoordinator:
         return self.groups.get(group_id)
 
     def delete_groups(self, group_ids: list[str]) -> Result:
-        """DeleteGroups: tombstones for every offset and the group record of Empty groups."""
+        """DeleteGroups: tombstones for every offset and the group record of Empty groups.
+
+        Partitions whose only offsets are transactional and pending get a tombstone too (as
+        Kafka's): the group's tombstone drops those offsets here, but a load that no longer
+        sees it (superseded by a new group record, or cleaned) would replay them and their
+        COMMIT, and the deleted group would come back with them."""
         codes: dict[str, ErrorCode] = {}
         records: list[GroupRecord] = []
         for group_id in group_ids:
@@ -647,7 +652,8 @@ class GroupCoordinator:
                 codes[group_id] = E.non_empty_group
             else:
                 codes[group_id] = E.none
-                for tp in group.offsets:
+                pending = [tp for offsets in group.pending_txn_offsets.values() for tp in offsets]
+                for tp in dict.fromkeys([*group.offsets, *pending]):
                     records.append(GroupRecord(OffsetKey(group_id, tp.topic, tp.partition), None))
                 records.append(GroupRecord(GroupKey(group_id), None))
         ok = [g for g, c in codes.items() if c is E.none]
@@ -811,6 +817,9 @@ class GroupCoordinator:
         group.protocol_name = value.protocol
         group.leader_id = value.leader
         if not value.members:
+            # A load replaying an earlier record of the group added members this one ends.
+            for member_id in list(group.members):
+                self._remove_member(group, member_id, E.unknown_member_id)
             if not group.in_state(S.EMPTY):
                 group.transition(S.EMPTY)
             return
