@@ -193,7 +193,6 @@ def summary(result: CheckResult, ops: list[Op] | None = None) -> str:
     stats = ", ".join(f"{k} {v}" for k, v in result.stats.items())
     counts = result.counts
     width = max(len(k) for k in counts)
-    history = ops
     lines = [f"history: {stats}", "", f"{'anomaly':<{width}}  count"]
     lines += [f"{kind:<{width}}  {n}" for kind, n in counts.items()]
     lines.append(f"(allowed by Kafka's design, not checked: {', '.join(ALLOWED)})")
@@ -207,8 +206,8 @@ def summary(result: CheckResult, ops: list[Op] | None = None) -> str:
                 f"e.g. {a.kind} on {a.topic}-{a.partition}: {a.details} by {refs}"
                 + (f" ({note})" if note else "")
             )
-            if history is not None and a.kind in COPY_ANOMALIES:
-                lines += notes_around(history, [r.position for r in a.ops])
+            if ops is not None and a.kind in COPY_ANOMALIES:
+                lines += notes_around(ops, [r.position for r in a.ops])
     if result.anomalies and result.faults:
         by_fault: dict[str, int] = {}
         for a in result.anomalies:

@@ -547,6 +547,7 @@ class Copier(TransactionalProducer):
     of the assignment before, which the new one reads again from the committed offsets.
     """
 
+    #: Rebalance callbacks run so far (they run inside consume()).
     rebalances = 0
 
     def make_consumer(self) -> Consumer:
