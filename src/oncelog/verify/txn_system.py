@@ -444,11 +444,14 @@ class Copier(threading.Thread):
             moves = self.moves
             try:
                 polled = consumer.consume(self.job.config.transaction_size, 0.5)
+                records = [m for m in polled if m.error() is None]
+                assigned = {tp.partition for tp in consumer.assignment()} if records else set()
             except KafkaException:
                 consumer = self.replace_consumer(consumer)
                 continue
-            records = [m for m in polled if m.error() is None]
-            if records and self.moves != moves:
+            if records and (
+                self.moves != moves or any(m.partition() not in assigned for m in records)
+            ):
                 # The batch may hold records of the assignment before the rebalance, which the
                 # new one reads again from the committed offsets: copy none, start from those.
                 consumer = self.rewind(consumer)

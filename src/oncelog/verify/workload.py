@@ -543,8 +543,9 @@ class Copier(TransactionalProducer):
     The offsets committed are those of the records copied, not the consumer's positions: a
     position can be unknown (after a rebalance or a seek), and librdkafka leaves such a partition
     out of the transaction, which would commit its copies without moving its offset. A batch
-    from a consume() that ran a rebalance callback is not copied at all: it may hold records
-    of the assignment before, which the new one reads again from the committed offsets.
+    from a consume() that ran a rebalance callback, or with records of a partition no longer
+    assigned, is not copied at all: it may hold records of the assignment before, which the
+    new one (here or in another copier) reads again from the committed offsets.
     """
 
     #: Rebalance callbacks run so far (they run inside consume()).
@@ -702,14 +703,19 @@ class Copier(TransactionalProducer):
 
     def poll(self, consumer: Consumer) -> tuple[Consumer, list[Message]]:
         """One consume(): the records to copy, none after a failed poll (the consumer is
-        replaced) or when a rebalance callback ran in it (the consumer is rewound)."""
+        replaced) or when a rebalance callback ran in it or it returned a partition no longer
+        assigned (the consumer is rewound)."""
         rebalances = self.rebalances
         try:
             messages = [m for m in consumer.consume(200, 0.3) if m.error() is None]
+            assigned = {tp.partition for tp in consumer.assignment()} if messages else set()
         except KafkaException:
             return self.replace_consumer(consumer), []
         if self.rebalances != rebalances and messages:
             self.note("batch dropped", f"{len(messages)} records polled across a rebalance")
+            return self.rewind(consumer), []
+        if any(m.partition() not in assigned for m in messages):
+            self.note("batch dropped", f"{len(messages)} records, some of unassigned partitions")
             return self.rewind(consumer), []
         return consumer, messages
 
