@@ -134,8 +134,8 @@ ops = st.one_of(
 )
 """("txn", pid, group, offsets): a TxnOffsetCommit; ("marker", pid, commit, bump epoch);
 ("plain", group, offsets or tombstones); ("group", group, members): a GroupValue (0 members:
-Empty); ("delete", group): DeleteGroups if the group is Empty and has no pending
-transactional offsets; ("clean", ms, roll first); ("restart", how)."""
+Empty); ("delete", group): DeleteGroups (the coordinator refuses a group that is not
+Empty); ("clean", ms, roll first); ("restart", how)."""
 
 
 def log_config(segment_bytes: int) -> LogConfig:
