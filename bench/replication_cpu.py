@@ -25,6 +25,7 @@ partition; `--partitions`, `--records`, `--value` change that, e.g. `--partition
   by an append and answered (6 batches each); each follower then fetches at the new end,
   which moves the high watermark and completes the waiting acks=all Produce (its answer is
   encoded). The Produce's own handling (the append) is not counted: `leader-produce` is.
+  With `--session` the followers fetch in fetch sessions, as the replica fetcher does.
 - `leader-produce`: the acks=all Produce of the same round alone.
 
 `--cold MIB` writes one byte per cache line of a buffer of that size between rounds (not
@@ -344,7 +345,11 @@ class _Leader:
         header = struct.pack(">hhih", api_key, version, self.correlation, len(client)) + client
         return header + b"\x00" + encode_entity(build(request_class(api_key, version), body))
 
-    def fetch_frame(self, replica_id: int, offset: int) -> bytes:
+    def fetch_frame(
+        self, replica_id: int, offset: int, session_id: int = 0, epoch: int = -1
+    ) -> bytes:
+        """A follower's fetch of every busy partition at `offset`; by default without a
+        session (`session_id` 0, `epoch` -1; epoch 0 opens one)."""
         partitions = [
             {
                 "partition": p,
@@ -365,8 +370,8 @@ class _Leader:
                 "min_bytes": 1,
                 "max_bytes": 10485760,
                 "isolation_level": 0,
-                "session_id": 0,
-                "session_epoch": -1,
+                "session_id": session_id,
+                "session_epoch": epoch,
                 "topics": [{"topic": TOPIC, "partitions": partitions}],
                 "forgotten_topics_data": [],
                 "rack_id": "",
@@ -407,17 +412,28 @@ class _Leader:
 
 
 def leader_steps(
-    root: Path, rounds: int, warmup: int, which: str
+    root: Path, rounds: int, warmup: int, which: str, session: bool = False
 ) -> tuple[Callable[[], Any], Callable[[], None]]:
     leader = _Leader(root)
-    # Followers parked at the log end, as in steady state.
-    leader.dispatch(leader.fetch_frame(2, 0))
-    leader.dispatch(leader.fetch_frame(3, 0))
+    # Followers parked at the log end, as in steady state; with `session` each follower's
+    # first fetch opens a fetch session and the later ones are incremental in it, as the
+    # replica fetcher's are (every busy partition moved, so each is named again).
+    sessions: dict[int, int] = {}
+    for follower in (2, 3):
+        cache = getattr(leader.dispatcher.broker, "fetch_sessions", None)
+        before = set(cache._sessions) if session and cache is not None else set()
+        leader.dispatch(leader.fetch_frame(follower, 0, epoch=0 if session else -1))
+        if session:
+            assert cache is not None, "this commit has no fetch sessions"
+            (sessions[follower],) = set(cache._sessions) - before
     produces = [leader.produce_frame(r) for r in range(warmup + rounds)]
-    fetches = [
-        (leader.fetch_frame(2, (r + 1) * RECORDS), leader.fetch_frame(3, (r + 1) * RECORDS))
-        for r in range(warmup + rounds)
-    ]
+
+    def next_fetch(follower: int, r: int) -> bytes:
+        if not session:
+            return leader.fetch_frame(follower, (r + 1) * RECORDS)
+        return leader.fetch_frame(follower, (r + 1) * RECORDS, sessions[follower], r + 1)
+
+    fetches = [(next_fetch(2, r), next_fetch(3, r)) for r in range(warmup + rounds)]
 
     def produce(r: int) -> None:
         leader.dispatch(produces[r])
@@ -470,7 +486,8 @@ def main() -> None:
     parser.add_argument(
         "--session",
         action="store_true",
-        help="follower: the leader's answers open a fetch session (id 1)",
+        help="follower: the leader's answers open a fetch session (id 1); leader steps: the "
+        "followers fetch in sessions",
     )
     parser.add_argument(
         "--cold",
@@ -492,7 +509,9 @@ def main() -> None:
             )
             wrapped = lambda: operator.call(measured)  # noqa: E731
         else:
-            measured, check = leader_steps(Path(tmp), args.rounds, args.warmup, args.step)
+            measured, check = leader_steps(
+                Path(tmp), args.rounds, args.warmup, args.step, args.session
+            )
             wrapped = measured  # the steps wrap their own parts
         profiler = cProfile.Profile() if args.profile else None
         started = time.perf_counter()
