@@ -112,9 +112,11 @@ class Follower:
         lose_answer: bool = False,
         max_wait_ms: int = 0,
         waited: Callable[[Delayed], Any] | None = None,
+        errors: bool = False,
     ) -> Any:
         """One fetch round. A fetch that waits is answered by `waited(its Delayed)` when
-        given (what it returns, if not None), else forced at once (its deadline)."""
+        given (what it returns, if not None), else forced at once (its deadline). A
+        partition's error fails the round unless `errors`."""
         wanted = {tp: (0, self.end[tp], 0) for tp in TPS}
         if self.handler is not None:
             plan = self.handler.build(wanted, TPS)
@@ -156,6 +158,8 @@ class Follower:
             for p in topic.partitions:
                 tp = TopicPartition(topic.topic, p.partition_index)
                 self.answered.append(tp)
+                if errors and p.error_code:
+                    continue
                 assert p.error_code == ErrorCode.none, p
                 if p.records:
                     self.end[tp] = end_of(p.records)
@@ -455,6 +459,57 @@ def test_a_parked_follower_fetch_waits_on_its_session_and_wakes_on_any_partition
 
     follower.fetch(max_wait_ms=500, waited=waited)
     assert follower.answered == [TPS[3]] and follower.end[TPS[3]] == 2
+
+
+@pytest.mark.parametrize("then", ["records", "new leader"])
+def test_a_parked_fetch_is_not_read_again_for_a_high_watermark_move(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch, then: str
+) -> None:
+    """The follower's next fetch names the partition it just got records of (a new position)
+    and parks; the other follower's fetch then moves the high watermark, which wakes it. Only
+    records, or a leadership or log start that moved since its last read, are worth a read."""
+    follower = _quiet_follower(broker)
+    other = Follower(broker, 3, session=True)
+    other.fetch()
+    append(broker, TPS[0])
+    follower.fetch()  # gets the batch: its next fetch names TPS[0] at 1
+    assert follower.end[TPS[0]] == 1
+    purgatory = Purgatory()
+    done: list[Any] = []
+    broker.replicas.append_listener = lambda keys: done.extend(purgatory.on_append(keys))
+    reads: list[TopicPartition] = []
+    real = broker.replicas.follower_fetch
+
+    def counted(replica_id: int, tp: TopicPartition, *args: Any, **kwargs: Any) -> Any:
+        if replica_id == 2:
+            reads.append(tp)
+        return real(replica_id, tp, *args, **kwargs)
+
+    def waited(delayed: Delayed) -> Any:
+        purgatory.watch(delayed)
+        reads.clear()
+        other.fetch()  # gets the batch
+        other.fetch()  # at 1: the high watermark moves to 1 and wakes the parked fetch
+        assert broker.replicas.partition(TPS[0]).high_watermark == 1
+        assert done == [] and reads == []
+        if then == "records":
+            append(broker, TPS[0])
+        else:
+            broker.replicas.apply_partition_state(
+                TPS[0], ReplicaView(1, 1, (1, 2, 3), 1, (1, 2, 3), 2)
+            )
+            broker.replicas.notify_appended([TPS[0]])
+        [(op, answer)] = done
+        assert op is delayed and reads == [TPS[0]]
+        return answer
+
+    monkeypatch.setattr(broker.replicas, "follower_fetch", counted)
+    response = follower.fetch(max_wait_ms=500, waited=waited, errors=True)
+    [part] = [p for t in response.responses for p in t.partitions]
+    if then == "records":
+        assert (part.error_code, follower.end[TPS[0]], follower.hw[TPS[0]]) == (0, 2, 1)
+    else:
+        assert part.error_code == ErrorCode.fenced_leader_epoch
 
 
 def test_a_closed_session_is_no_longer_reported_to(broker: Broker) -> None:

@@ -339,20 +339,33 @@ class _Fetch:
     def may_have_records(self) -> bool:
         """For a parked follower session fetch: whether reading again could answer it (a
         partition with records past the follower's position, or one whose log start or
-        leadership changed since the last answer); a cheap walk, no reads, of the awake
-        partitions and those reported moved (a quiet one nothing was reported on has nothing)."""
+        leadership changed since the last answer, or for a partition this request named, since
+        this fetch last read it); a cheap walk, no reads, of the awake partitions and those
+        reported moved (a quiet one nothing was reported on has nothing)."""
         by_tp = self.ctx.broker.replicas.replicas_by_tp
         assert self.session is not None
+        seen: dict[int, tuple[LeaderState | None, int]] | None = None
         for p in self.session.stirring():
             replica = by_tp.get(p.tp)
-            if p.sent_follower is None or replica is None:
+            if replica is None:
                 return True
-            if replica.leader is not p.sent_leader:
+            leader, start = p.sent_leader, p.sent_log_start
+            if p.sent_follower is None:
+                # Named by this request (a new position) and not answered since: compare
+                # with what this fetch's last attempt read instead, which found nothing to
+                # send (an acks=all produce wakes it again on each high-watermark move).
+                if seen is None:
+                    seen = {id(a[0]): (a[4], a[3]) for a in self._answered if a[1] == 0}
+                last = seen.get(id(p))
+                if last is None:
+                    return True
+                leader, start = last
+            if replica.leader is not leader:
                 return True
             plog = replica.log
             if p.fetch_offset != plog.log_end_offset:
                 return True
-            if plog.log_start_offset != p.sent_log_start:
+            if plog.log_start_offset != start:
                 return True
         return False
 
