@@ -157,15 +157,58 @@ fetch_answers = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.parametrize("python_only", [False, True], ids=["c", "python"])
 @settings(max_examples=300, deadline=None)
 @given(answer=fetch_answers, version=st.integers(4, 12))
-def test_fetch_answers_match_kio(answer: dict[str, Any], version: int) -> None:
+def test_fetch_answers_match_kio(python_only: bool, answer: dict[str, Any], version: int) -> None:
+    big = []
     for topic in answer["responses"]:
         for p in topic["partitions"]:
-            p["records"] = _records(*p["records"])
-    fast = encode_fast_response(FETCH, version, 7, answer)
+            p["records"] = records = _records(*p["records"])
+            if isinstance(records, FileRegion) or (records is not None and len(records) >= 1024):
+                big.append(records)
+    with python_encoders_only() if python_only else nullcontext():
+        fast = encode_fast_response(FETCH, version, 7, answer)
     assert fast is not None
     assert _join(fast) == _oracle(FETCH, version, answer)
+    # Large records and file regions are pieces of their own, sent as they are.
+    assert [p for p in fast if any(p is r for r in big)] == big
+    if not python_only and fast_responses._speedups is not None:
+        assert not any(isinstance(p, bytearray) for p in fast)  # the C encoder wrote it
+
+
+def test_odd_fetch_answers_still_match_kio() -> None:
+    """Shapes the handlers do not make: the C encoder writes them alike or leaves them to
+    the Python one."""
+    partition: dict[str, Any] = {
+        "partition_index": 3,
+        "error_code": 0,
+        "high_watermark": 5,
+        "last_stable_offset": 5,
+        "log_start_offset": 0,
+        "aborted_transactions": [{"producer_id": 1, "first_offset": 2}],
+        "preferred_read_replica": -1,
+        "records": b"x" * 10,
+    }
+    answer: dict[str, Any] = {
+        "throttle_time": 0,
+        "error_code": 0,
+        "session_id": 0,
+        "responses": [{"topic": "t", "partitions": [partition]}],
+    }
+    odd_partitions: list[dict[str, Any]] = [
+        {**partition, "records": bytearray(b"y" * 5)},
+        {**partition, "partition_index": True},
+        # An aborted transaction with a key the encoders do not write.
+        {**partition, "aborted_transactions": [{"producer_id": 1, "first_offset": 2, "x": 3}]},
+    ]
+    odd = [{**answer, "responses": [{"topic": "t", "partitions": [p]}]} for p in odd_partitions]
+    odd.append({**answer, "responses": ({"topic": "t", "partitions": (partition,)},)})  # tuples
+    for case in odd:
+        for version in (4, 11, 12):
+            fast = encode_fast_response(FETCH, version, 7, case)
+            assert fast is not None
+            assert _join(fast) == _oracle(FETCH, version, case)
 
 
 def test_answers_the_hand_encoders_do_not_know_go_to_kio() -> None:

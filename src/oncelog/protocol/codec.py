@@ -32,7 +32,11 @@ from kio.static.primitive import i64
 
 from oncelog.fileio import FileRegion
 from oncelog.protocol.extensions import extended_response
-from oncelog.protocol.fast_responses import encode_produce_frame, encode_response_body
+from oncelog.protocol.fast_responses import (
+    encode_fetch_frame,
+    encode_produce_frame,
+    encode_response_body,
+)
 from oncelog.protocol.framing import Frame
 from oncelog.protocol.headers import API_VERSIONS_KEY, response_header
 from oncelog.protocol.records.record import encode_unsigned_varint
@@ -40,6 +44,7 @@ from oncelog.protocol.records.record import encode_unsigned_varint
 log = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
+FETCH_KEY = 1
 
 _Plan = tuple[tuple[str, str, type[Any] | None, bool, object], ...]
 
@@ -181,6 +186,10 @@ def encode_fast_response(
         frame = encode_produce_frame(version, correlation_id, answer)
         if frame is not None:
             return [frame]
+    elif api_key == FETCH_KEY:
+        pieces = encode_fetch_frame(version, correlation_id, answer)
+        if pieces is not None:
+            return pieces
     pieces = encode_response_body(api_key, version, answer)
     if pieces is None:
         return None

@@ -43,6 +43,7 @@ _PRODUCE_KEYS = frozenset(
     )
 )
 _ANSWER_KEYS = frozenset(("responses", "throttle_time"))
+_FETCH_ANSWER_KEYS = frozenset(("throttle_time", "error_code", "session_id", "responses"))
 _FETCH_KEYS = frozenset(
     (
         "partition_index",
@@ -115,6 +116,18 @@ def encode_produce_frame(version: int, correlation_id: int, answer: Any) -> byte
     return frame
 
 
+def encode_fetch_frame(version: int, correlation_id: int, answer: Any) -> list[Piece] | None:
+    """A whole Fetch response frame written in C: the small fields in one buffer, records of
+    1 KiB or more and file regions as pieces of their own, as `_fetch` cuts them. None when
+    the C helper is missing or leaves it to `_fetch`."""
+    if _speedups is None:
+        return None
+    pieces: list[Piece] | None = _speedups.encode_fetch_response(
+        version, correlation_id, answer, _FETCH_ANSWER_KEYS, _FETCH_KEYS, FileRegion
+    )
+    return pieces
+
+
 def encode_response_body(api_key: int, version: int, answer: Any) -> list[Piece] | None:
     """The body of a Produce or Fetch answer given as the handlers' mapping, or None when
     the generic encoder must do it (another API, a kio entity, a field we do not write)."""
@@ -160,7 +173,7 @@ def _produce(version: int, answer: Mapping[str, Any]) -> list[Piece] | None:
 
 
 def _fetch(version: int, answer: Mapping[str, Any]) -> list[Piece] | None:
-    if set(answer) - {"throttle_time", "error_code", "session_id", "responses"}:
+    if set(answer) - _FETCH_ANSWER_KEYS:
         return None
     w = _Writer(version >= _FIRST_FLEXIBLE[FETCH])
     throttle = answer.get("throttle_time", 0)

@@ -1304,7 +1304,10 @@ static int keys_within(PyObject *map, PyObject *allowed)
 
 static PyObject *k_responses, *k_throttle_time, *k_name, *k_partition_responses, *k_index,
     *k_error_code, *k_base_offset, *k_log_append_time, *k_log_start_offset, *k_record_errors,
-    *k_error_message, *k_batch_index, *k_batch_index_error_message;
+    *k_error_message, *k_batch_index, *k_batch_index_error_message, *k_session_id, *k_topic,
+    *k_partitions, *k_partition_index, *k_high_watermark, *k_last_stable_offset,
+    *k_aborted_transactions, *k_producer_id, *k_first_offset, *k_preferred_read_replica,
+    *k_records;
 
 #define I16_MIN (-32768LL)
 #define I16_MAX 32767LL
@@ -1450,6 +1453,247 @@ done:
     return out;
 }
 
+/* -- encode_fetch_response: a whole Fetch response (v4-v12) from the handler's answer
+ * mapping, as oncelog.protocol.fast_responses writes it (the reference and the fallback).
+ * Small fields go into one buffer; a partition's records of FETCH_INLINE_MAX bytes or more,
+ * or a file region, stay a piece of their own (sent as they are, or with sendfile). */
+
+#define FETCH_INLINE_MAX 1024
+
+typedef struct {
+    wbuf b;
+    PyObject *pieces;  /* list: (split position in b as int, piece object) */
+    Py_ssize_t outside; /* bytes in those pieces */
+} fetch_out;
+
+/* 0 written, 1 fall back, -1 error. */
+static int write_fetch_records(fetch_out *o, PyObject *records, PyObject *region_type,
+                               int flexible)
+{
+    wbuf *b = &o->b;
+    if (records == Py_None)
+        return flexible ? wb_uvarint(b, 0) : wb_be(b, 0xFFFFFFFFu, 4);
+    Py_ssize_t n;
+    int inline_copy = 0;
+    Py_buffer view;
+    if (PyObject_TypeCheck(records, (PyTypeObject *)region_type)) {
+        n = PyObject_Length(records);
+        if (n < 0)
+            return -1;
+    } else if (PyBytes_Check(records) || PyByteArray_Check(records) || PyMemoryView_Check(records)) {
+        if (PyObject_GetBuffer(records, &view, PyBUF_SIMPLE) < 0) {
+            PyErr_Clear(); /* not one contiguous run of bytes: Python's to judge */
+            return 1;
+        }
+        n = view.len;
+        inline_copy = n < FETCH_INLINE_MAX;
+        if (inline_copy) {
+            int rc = (flexible ? wb_uvarint(b, (uint64_t)n + 1) : wb_be(b, (uint64_t)n, 4)) < 0 ||
+                     wb_put(b, view.buf, n) < 0;
+            PyBuffer_Release(&view);
+            return rc ? -1 : 0;
+        }
+        PyBuffer_Release(&view);
+    } else {
+        return 1;
+    }
+    if (n > I32_MAX - 1)
+        return 1;
+    if ((flexible ? wb_uvarint(b, (uint64_t)n + 1) : wb_be(b, (uint64_t)n, 4)) < 0)
+        return -1;
+    PyObject *entry = Py_BuildValue("(nO)", b->len, records);
+    if (entry == NULL)
+        return -1;
+    int rc = PyList_Append(o->pieces, entry);
+    Py_DECREF(entry);
+    if (rc < 0)
+        return -1;
+    o->outside += n;
+    return 0;
+}
+
+static int write_fetch(fetch_out *o, int version, int flexible, PyObject *answer,
+                       PyObject *answer_keys, PyObject *partition_keys, PyObject *region_type)
+{
+    wbuf *b = &o->b;
+    int rc = keys_within(answer, answer_keys);
+    if (rc)
+        return rc;
+    long long throttle, code, session;
+    if ((rc = get_int(answer, k_throttle_time, 0, 0, I32_MIN, I32_MAX, &throttle)) != 0)
+        return rc;
+    if (wb_be(b, (uint64_t)throttle, 4) < 0)
+        return -1;
+    if (version >= 7) {
+        if ((rc = get_int(answer, k_error_code, 0, 1, I16_MIN, I16_MAX, &code)) != 0 ||
+            (rc = get_int(answer, k_session_id, 0, 0, I32_MIN, I32_MAX, &session)) != 0)
+            return rc;
+        if (wb_be(b, (uint64_t)code, 2) < 0 || wb_be(b, (uint64_t)session, 4) < 0)
+            return -1;
+    }
+    PyObject *responses = PyDict_GetItemWithError(answer, k_responses);
+    if (responses == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (!PyList_Check(responses) && !PyTuple_Check(responses))
+        return 1;
+    Py_ssize_t topics = PySequence_Fast_GET_SIZE(responses);
+    if (wb_count(b, topics, flexible) < 0)
+        return -1;
+    for (Py_ssize_t t = 0; t < topics; t++) {
+        PyObject *topic = PySequence_Fast_GET_ITEM(responses, t);
+        if (!PyDict_Check(topic))
+            return 1;
+        PyObject *name = PyDict_GetItemWithError(topic, k_topic);
+        PyObject *parts = name == NULL ? NULL : PyDict_GetItemWithError(topic, k_partitions);
+        if (parts == NULL)
+            return PyErr_Occurred() ? -1 : 1;
+        if (name == Py_None || (!PyList_Check(parts) && !PyTuple_Check(parts)))
+            return 1;
+        if ((rc = wb_string(b, name, flexible)) != 0)
+            return rc;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(parts);
+        if (wb_count(b, n, flexible) < 0)
+            return -1;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            PyObject *p = PySequence_Fast_GET_ITEM(parts, i);
+            if (!PyDict_Check(p))
+                return 1;
+            if ((rc = keys_within(p, partition_keys)) != 0)
+                return rc;
+            long long index, pcode, hw, lso, start, preferred;
+            if ((rc = get_int(p, k_partition_index, 0, 1, I32_MIN, I32_MAX, &index)) != 0 ||
+                (rc = get_int(p, k_error_code, 0, 1, I16_MIN, I16_MAX, &pcode)) != 0 ||
+                (rc = get_int(p, k_high_watermark, 0, 1, I64_MIN, I64_MAX, &hw)) != 0 ||
+                (rc = get_int(p, k_last_stable_offset, -1, 0, I64_MIN, I64_MAX, &lso)) != 0 ||
+                (rc = get_int(p, k_log_start_offset, -1, 0, I64_MIN, I64_MAX, &start)) != 0 ||
+                (rc = get_int(p, k_preferred_read_replica, -1, 0, I32_MIN, I32_MAX,
+                              &preferred)) != 0)
+                return rc;
+            if (wb_be(b, (uint64_t)index, 4) < 0 || wb_be(b, (uint64_t)pcode, 2) < 0 ||
+                wb_be(b, (uint64_t)hw, 8) < 0 || wb_be(b, (uint64_t)lso, 8) < 0)
+                return -1;
+            if (version >= 5 && wb_be(b, (uint64_t)start, 8) < 0)
+                return -1;
+            PyObject *aborted = PyDict_GetItemWithError(p, k_aborted_transactions);
+            if (aborted == NULL && PyErr_Occurred())
+                return -1;
+            if (aborted == NULL || aborted == Py_None) {
+                if ((flexible ? wb_uvarint(b, 0) : wb_be(b, 0xFFFFFFFFu, 4)) < 0)
+                    return -1;
+            } else {
+                if (!PyList_Check(aborted) && !PyTuple_Check(aborted))
+                    return 1;
+                Py_ssize_t a_count = PySequence_Fast_GET_SIZE(aborted);
+                if (wb_count(b, a_count, flexible) < 0)
+                    return -1;
+                for (Py_ssize_t a = 0; a < a_count; a++) {
+                    PyObject *txn = PySequence_Fast_GET_ITEM(aborted, a);
+                    if (!PyDict_Check(txn) || PyDict_GET_SIZE(txn) != 2)
+                        return 1;
+                    long long pid, first;
+                    if ((rc = get_int(txn, k_producer_id, 0, 1, I64_MIN, I64_MAX, &pid)) != 0 ||
+                        (rc = get_int(txn, k_first_offset, 0, 1, I64_MIN, I64_MAX, &first)) != 0)
+                        return rc;
+                    if (wb_be(b, (uint64_t)pid, 8) < 0 || wb_be(b, (uint64_t)first, 8) < 0 ||
+                        (flexible && wb_uvarint(b, 0) < 0))
+                        return -1;
+                }
+            }
+            if (version >= 11 && wb_be(b, (uint64_t)preferred, 4) < 0)
+                return -1;
+            PyObject *records = PyDict_GetItemWithError(p, k_records);
+            if (records == NULL && PyErr_Occurred())
+                return -1;
+            if ((rc = write_fetch_records(o, records == NULL ? Py_None : records, region_type,
+                                          flexible)) != 0)
+                return rc;
+            if (flexible && wb_uvarint(b, 0) < 0)
+                return -1;
+        }
+        if (flexible && wb_uvarint(b, 0) < 0)
+            return -1;
+    }
+    if (flexible && wb_uvarint(b, 0) < 0)
+        return -1;
+    return 0;
+}
+
+/* The list of pieces: the buffer cut at each outside piece, empty cuts left out. */
+static PyObject *fetch_pieces(fetch_out *o)
+{
+    PyObject *out = PyList_New(0);
+    if (out == NULL)
+        return NULL;
+    Py_ssize_t from = 0;
+    Py_ssize_t count = PyList_GET_SIZE(o->pieces);
+    for (Py_ssize_t i = 0; i <= count; i++) {
+        Py_ssize_t to = o->b.len;
+        PyObject *piece = NULL;
+        if (i < count) {
+            PyObject *entry = PyList_GET_ITEM(o->pieces, i);
+            to = PyLong_AsSsize_t(PyTuple_GET_ITEM(entry, 0));
+            piece = PyTuple_GET_ITEM(entry, 1);
+        }
+        if (to > from) {
+            PyObject *chunk = PyBytes_FromStringAndSize(o->b.data + from, to - from);
+            if (chunk == NULL || PyList_Append(out, chunk) < 0) {
+                Py_XDECREF(chunk);
+                Py_DECREF(out);
+                return NULL;
+            }
+            Py_DECREF(chunk);
+        }
+        if (piece != NULL && PyList_Append(out, piece) < 0) {
+            Py_DECREF(out);
+            return NULL;
+        }
+        from = to;
+    }
+    return out;
+}
+
+/* encode_fetch_response(version, correlation_id, answer, answer_keys, partition_keys,
+ * region_type): the framed response (length, header, body) as a list of pieces, or None. */
+static PyObject *encode_fetch_response(PyObject *self, PyObject *args)
+{
+    int version;
+    long long correlation_id;
+    PyObject *answer, *answer_keys, *partition_keys, *region_type;
+    if (!PyArg_ParseTuple(args, "iLOO!O!O!", &version, &correlation_id, &answer,
+                          &PyFrozenSet_Type, &answer_keys, &PyFrozenSet_Type, &partition_keys,
+                          &PyType_Type, &region_type))
+        return NULL;
+    if (version < 4 || version > 12 || !PyDict_Check(answer) || correlation_id < I32_MIN ||
+        correlation_id > I32_MAX)
+        Py_RETURN_NONE;
+    int flexible = version >= 12;
+    fetch_out o = {{NULL, 0, 0}, PyList_New(0), 0};
+    if (o.pieces == NULL)
+        return NULL;
+    PyObject *out = NULL;
+    if (wb_be(&o.b, 0, 4) < 0 || wb_be(&o.b, (uint64_t)correlation_id, 4) < 0 ||
+        (flexible && wb_uvarint(&o.b, 0) < 0))
+        goto done;
+    int rc = write_fetch(&o, version, flexible, answer, answer_keys, partition_keys, region_type);
+    if (rc < 0)
+        goto done;
+    Py_ssize_t total = o.b.len - 4 + o.outside;
+    if (rc > 0 || total > I32_MAX) {
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    uint32_t size = (uint32_t)total;
+    for (int i = 3; i >= 0; i--) {
+        o.b.data[i] = (char)(size & 0xFF);
+        size >>= 8;
+    }
+    out = fetch_pieces(&o);
+done:
+    PyMem_Free(o.b.data);
+    Py_DECREF(o.pieces);
+    return out;
+}
+
 static int intern_keys(void)
 {
     struct { PyObject **slot; const char *text; } keys[] = {
@@ -1460,6 +1704,12 @@ static int intern_keys(void)
         {&k_record_errors, "record_errors"}, {&k_error_message, "error_message"},
         {&k_batch_index, "batch_index"},
         {&k_batch_index_error_message, "batch_index_error_message"},
+        {&k_session_id, "session_id"}, {&k_topic, "topic"}, {&k_partitions, "partitions"},
+        {&k_partition_index, "partition_index"}, {&k_high_watermark, "high_watermark"},
+        {&k_last_stable_offset, "last_stable_offset"},
+        {&k_aborted_transactions, "aborted_transactions"}, {&k_producer_id, "producer_id"},
+        {&k_first_offset, "first_offset"}, {&k_preferred_read_replica, "preferred_read_replica"},
+        {&k_records, "records"},
     };
     for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
         *keys[i].slot = PyUnicode_InternFromString(keys[i].text);
@@ -1485,6 +1735,10 @@ static PyMethodDef methods[] = {
     {"encode_produce_response", encode_produce_response, METH_VARARGS,
      "encode_produce_response(version, correlation_id, answer, answer_keys, partition_keys): "
      "the framed Produce response as bytes, or None for the Python encoder to write."},
+    {"encode_fetch_response", encode_fetch_response, METH_VARARGS,
+     "encode_fetch_response(version, correlation_id, answer, answer_keys, partition_keys, "
+     "region_type): the framed Fetch response as a list of pieces, or None for the Python "
+     "encoder to write."},
     {"stamp_batch", stamp_batch, METH_VARARGS,
      "stamp_batch(data, base_offset, leader_epoch, header): (head with the two broker-owned "
      "fields set, header with them replaced)."},

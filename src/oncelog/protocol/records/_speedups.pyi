@@ -1,4 +1,4 @@
-from typing import TypeVar
+from typing import Any, TypeVar
 
 def check_records(
     buf: bytes | bytearray | memoryview, start: int, end: int, count: int, /
@@ -28,6 +28,15 @@ def encode_produce_response(
     partition_keys: frozenset[str],
     /,
 ) -> bytes | None: ...
+def encode_fetch_response(
+    version: int,
+    correlation_id: int,
+    answer: object,
+    answer_keys: frozenset[str],
+    partition_keys: frozenset[str],
+    region_type: type[object],
+    /,
+) -> list[Any] | None: ...
 def stamp_batch(
     data: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int, header: T, /
 ) -> tuple[bytes, T]: ...
