@@ -403,11 +403,15 @@ class ReplicaManager:
         if replica is not None:
             replica.maybe_advance_high_watermark()
 
-    def notify_appended(self, tps: list[TopicPartition]) -> None:
+    def notify_appended(self, tps: list[TopicPartition], *, wake_followers: bool = True) -> None:
         """`tps` moved (log end, high watermark or log start): wake what waits on them, and
-        on the follower fetch sessions holding them."""
-        if tps:
-            self.append_listener([*tps, *self.fetch_touched(tps)])
+        on the follower fetch sessions holding them. A high watermark that moved alone
+        (`wake_followers=False`) only marks it in those sessions for their next fetch to
+        tell: it cannot complete a follower's parked fetch, which waits for records."""
+        if not tps:
+            return
+        sessions = self.fetch_touched(tps)
+        self.append_listener([*tps, *sessions] if wake_followers else tps)
 
     def read(
         self,
@@ -589,7 +593,7 @@ class ReplicaManager:
         # it cannot move (a re-read after an append, say); skip the scan.
         below = fetch_offset <= plog.high_watermark and replica_id in leader.maximal_isr
         if not below and replica.maybe_advance_high_watermark():
-            self.notify_appended([tp])
+            self.notify_appended([tp], wake_followers=False)
         if replica_id not in leader.isr:
             expanded = leader.isr_to_expand(replica_id, plog.high_watermark)
             if expanded is not None:
