@@ -411,7 +411,7 @@ class ReplicaManager:
         if not tps:
             return
         sessions = self.fetch_touched(tps)
-        self.append_listener([*tps, *sessions] if wake_followers else tps)
+        self.append_listener([*tps, *sessions] if wake_followers else [*tps])
 
     def read(
         self,
