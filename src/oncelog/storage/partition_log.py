@@ -1158,21 +1158,20 @@ class PartitionLog:
         `regions`: a large read may come back as a FileRegion of the segment (for the wire
         only: Fetch answers; see LogSegment.read_region).
         """
-        hw = self.high_watermark
+        end = self.segments[-1].next_offset  # the log end, read once
+        hw = self._high_watermark if self._replicated else end
         lso = self.last_stable_offset
-        limit = self.log_end_offset if for_follower else hw
+        start = self.log_start_offset
+        limit = end if for_follower else hw
         bound = limit if upper_bound is None else min(upper_bound, limit)
         if read_committed:
             bound = min(bound, lso)
-        if offset < self.log_start_offset or offset > self.log_end_offset:
-            raise OffsetOutOfRange(
-                f"{self.tp}: offset {offset} outside [{self.log_start_offset}, "
-                f"{self.log_end_offset}]"
-            )
+        if offset < start or offset > end:
+            raise OffsetOutOfRange(f"{self.tp}: offset {offset} outside [{start}, {end}]")
         data: bytes | memoryview | FileRegion = b""
         data_end = -1
         if offset < bound:
-            max_offset = bound if bound < self.log_end_offset else None
+            max_offset = bound if bound < end else None
             i = self._segment_index(offset)
             while i < len(self.segments) and not data:
                 segment = self.segments[i]
@@ -1182,7 +1181,7 @@ class PartitionLog:
         aborted = None
         if read_committed:
             aborted = self.aborted_transactions(offset, data_end) if data else []
-        return ReadResult(data, hw, self.log_start_offset, self.log_end_offset, lso, aborted)
+        return ReadResult(data, hw, start, end, lso, aborted)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`.
