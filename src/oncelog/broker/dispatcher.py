@@ -87,7 +87,7 @@ from oncelog.protocol.codec import (
 )
 from oncelog.protocol.fast_requests import decode_fetch, decode_produce
 from oncelog.protocol.framing import Frame
-from oncelog.protocol.headers import HeaderError, parse_request_header, peek_ids
+from oncelog.protocol.headers import HeaderError, peek_ids, read_client_id
 from oncelog.protocol.registry import SUPPORTED_VERSIONS, ApiKey
 from oncelog.types import TopicPartition
 
@@ -236,7 +236,7 @@ class Dispatcher:
             return Close(f"unsupported version {version} of api key {api_key}")
         flexible, cls = route.version(api_key, version)
         try:
-            header, offset = parse_request_header(frame, flexible)
+            client_id, offset = read_client_id(frame, flexible)
             request = _decode(api_key, version, frame, offset)
         except (HeaderError, DecodeError) as exc:
             return Close(f"malformed request (api key {api_key} v{version}): {exc}")
@@ -244,7 +244,7 @@ class Dispatcher:
             api_key,
             version,
             correlation_id,
-            header.client_id,
+            client_id,
             connection_id,
             self.broker,
             client_host,

@@ -44,6 +44,13 @@ def peek_ids(frame: Frame) -> tuple[int, int, int]:
 def parse_request_header(frame: Frame, flexible: bool) -> tuple[RequestHeader, int]:
     """Decode the header; return it and the offset where the request body starts."""
     key, version, correlation_id = peek_ids(frame)
+    client_id, pos = read_client_id(frame, flexible)
+    return RequestHeader(key, version, correlation_id, client_id), pos
+
+
+def read_client_id(frame: Frame, flexible: bool) -> tuple[str | None, int]:
+    """The rest of a header whose ids `peek_ids` read: the client id, and the offset where
+    the request body starts."""
     pos = _FIXED.size
     if pos + 2 > len(frame):
         raise HeaderError("request header ends inside client_id")
@@ -62,11 +69,13 @@ def parse_request_header(frame: Frame, flexible: bool) -> tuple[RequestHeader, i
         raise HeaderError(f"client_id length {length}")
     if flexible:
         pos = skip_tagged_fields(frame, pos)
-    return RequestHeader(key, version, correlation_id, client_id), pos
+    return client_id, pos
 
 
 def skip_tagged_fields(buf: Frame, pos: int) -> int:
     """Skip a tagged-field section; bounded by the bytes present, whatever counts it claims."""
+    if pos < len(buf) and buf[pos] == 0:
+        return pos + 1  # none: what every client sends
     try:
         count, size = read_unsigned_varint(buf, pos)
         pos += size
