@@ -16,10 +16,15 @@ from oncelog.protocol.fast_fetch import (
     FOLLOWER_FETCH_VERSION,
     FollowerFetchPartition,
     decode_fetch_response,
+    decode_fetch_response_python,
     encode_follower_fetch,
 )
 
 FETCH = 1
+#: The reader on the fetcher's path (C when built) and the Python one it is held to.
+READERS = pytest.mark.parametrize(
+    "decode", [decode_fetch_response, decode_fetch_response_python], ids=["c", "python"]
+)
 i32 = st.integers(-(2**31), 2**31 - 1)
 i64 = st.integers(-(2**63), 2**63 - 1)
 names = st.text(max_size=12)
@@ -157,11 +162,14 @@ def _fields(response: Any, version: int) -> Any:
     )
 
 
+@READERS
 @settings(max_examples=300, deadline=None)
 @given(answer=fetch_answers, version=st.integers(4, 12), pad=st.binary(max_size=3))
-def test_answers_read_as_kio_reads_them(answer: dict[str, Any], version: int, pad: bytes) -> None:
+def test_answers_read_as_kio_reads_them(
+    decode: Any, answer: dict[str, Any], version: int, pad: bytes
+) -> None:
     frame = b"head" + encode_entity(build(response_class(FETCH, version), answer)) + pad
-    fast = decode_fetch_response(version, frame, 4)
+    fast = decode(version, frame, 4)
     assert fast is not None
     assert _fields(fast, version) == _fields(_kio(version, frame, 4), version)
     for topic in fast.responses:
@@ -172,14 +180,18 @@ def test_answers_read_as_kio_reads_them(answer: dict[str, Any], version: int, pa
 @settings(max_examples=300, deadline=None)
 @given(answer=fetch_answers, version=st.integers(4, 12), data=st.data())
 def test_damaged_answers_go_to_kio(answer: dict[str, Any], version: int, data: Any) -> None:
-    """Cut or garbled, an answer either still reads as kio reads it, or goes to kio."""
+    """Cut or garbled, an answer either still reads as kio reads it, or goes to kio; the C
+    and Python readers take and leave the same ones."""
     raw = bytearray(encode_entity(build(response_class(FETCH, version), answer)))
     for _ in range(data.draw(st.integers(1, 3))):
         raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
     frame = bytes(raw[: data.draw(st.integers(0, len(raw)))])
     fast = decode_fetch_response(version, frame, 0)
-    if fast is None:
+    python = decode_fetch_response_python(version, frame, 0)
+    assert (fast is None) == (python is None)
+    if fast is None or python is None:
         return
+    assert _fields(fast, version) == _fields(python, version)
     try:
         expected = _kio(version, frame, 0)
     except Exception:
@@ -195,7 +207,8 @@ def test_damaged_answers_go_to_kio(answer: dict[str, Any], version: int, data: A
         {"snapshot_id": {"end_offset": 10, "epoch": 3}},
     ],
 )
-def test_tagged_fields_go_to_kio(tagged: dict[str, Any]) -> None:
+@READERS
+def test_tagged_fields_go_to_kio(decode: Any, tagged: dict[str, Any]) -> None:
     partition = {
         "partition_index": 0,
         "error_code": 0,
@@ -214,16 +227,19 @@ def test_tagged_fields_go_to_kio(tagged: dict[str, Any]) -> None:
         "responses": [{"topic": "t", "partitions": [partition]}],
     }
     frame = encode_entity(build(response_class(FETCH, 12), answer))
-    assert decode_fetch_response(12, frame, 0) is None
+    assert decode(12, frame, 0) is None
     assert _kio(12, frame, 0).responses[0].partitions[0].records == b"x"
 
 
-def test_versions_outside_4_to_12_go_to_kio() -> None:
-    assert decode_fetch_response(3, b"\x00" * 64, 0) is None
-    assert decode_fetch_response(13, b"\x00" * 64, 0) is None
+@READERS
+def test_versions_outside_4_to_12_go_to_kio(decode: Any) -> None:
+    assert decode(3, b"\x00" * 64, 0) is None
+    assert decode(13, b"\x00" * 64, 0) is None
+    assert decode(12, b"\x00" * 4, 5) is None  # an offset past the end
 
 
-def test_an_unknown_error_code_goes_to_kio() -> None:
+@READERS
+def test_an_unknown_error_code_goes_to_kio(decode: Any) -> None:
     """kio refuses an error code it does not know; so does the hand reader (it leaves it)."""
     for version in (7, 12):
         frame = bytearray(
@@ -235,4 +251,4 @@ def test_an_unknown_error_code_goes_to_kio() -> None:
             )
         )
         frame[4:6] = (256).to_bytes(2, "big")
-        assert decode_fetch_response(version, bytes(frame), 0) is None
+        assert decode(version, bytes(frame), 0) is None

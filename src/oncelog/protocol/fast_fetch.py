@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from oncelog.errors import ErrorCode
+from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.protocol.wire_reader import READ_ERRORS, NotPlain, WireReader
 
 FETCH = 1
@@ -142,7 +143,30 @@ def decode_fetch_response(
     version: int, frame: bytes | bytearray | memoryview, offset: int
 ) -> FetchResponse | None:
     """The FetchResponse body at `offset` of `frame` (after the response header), or None
-    when kio must read it."""
+    when kio must read it: read in C (`_speedups.read_fetch_response`) when built, else
+    `decode_fetch_response_python`; the same rules."""
+    if _speedups is None:
+        return decode_fetch_response_python(version, frame, offset)
+    view = memoryview(frame).toreadonly()
+    if not 0 <= offset <= len(view):
+        return None
+    response: FetchResponse | None = _speedups.read_fetch_response(
+        view,
+        offset,
+        version,
+        FetchResponse,
+        FetchableTopicResponse,
+        PartitionData,
+        AbortedTransaction,
+        _KNOWN_ERRORS,
+    )
+    return response
+
+
+def decode_fetch_response_python(
+    version: int, frame: bytes | bytearray | memoryview, offset: int
+) -> FetchResponse | None:
+    """`decode_fetch_response` in Python: the reference the C reader is held to."""
     if not 4 <= version <= 12:
         return None
     try:

@@ -548,8 +548,10 @@ class Copier(TransactionalProducer):
     new one (here or in another copier) reads again from the committed offsets.
     """
 
-    #: Rebalance callbacks run so far (they run inside consume()).
-    rebalances = 0
+    def __init__(self, name: str, run: Run) -> None:
+        super().__init__(name, run)
+        #: Rebalance callbacks run so far (they run inside consume()).
+        self.rebalances = 0
 
     def make_consumer(self) -> Consumer:
         consumer = new_consumer(
@@ -731,9 +733,9 @@ class Copier(TransactionalProducer):
         """Put the offsets after the copied records into the transaction."""
         topic = self.run_.topic
         try:
-            positions = [CkTopicPartition(topic, p, o) for p, o in sorted(ends.items())]
+            after = [CkTopicPartition(topic, p, o) for p, o in sorted(ends.items())]
             meta = consumer.consumer_group_metadata()
-            bounded(partial(producer.send_offsets_to_transaction, positions, meta, 15), 30)
+            bounded(partial(producer.send_offsets_to_transaction, after, meta, 15), 30)
             return True
         except KafkaException:
             return False

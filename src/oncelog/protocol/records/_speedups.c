@@ -1181,6 +1181,221 @@ error:
     return NULL;
 }
 
+/* -- read_fetch_response: a FetchResponse body (v4-v12), the replica fetcher's answer, as
+ * oncelog.protocol.fast_fetch's `_Reader` reads it (the reference and the fallback): records
+ * as slices of the frame's view, None for anything that is not plainly well formed. */
+
+/* 0 known, 1 not, -1 error. */
+static int known_error(PyObject *known, int64_t code)
+{
+    if (code == 0)
+        return 0;
+    PyObject *value = PyLong_FromLongLong(code);
+    if (value == NULL)
+        return -1;
+    int found = PySet_Contains(known, value);
+    Py_DECREF(value);
+    return found < 0 ? -1 : !found;
+}
+
+/* A slice of the view as a new reference, NULL on error. */
+static PyObject *view_slice(PyObject *view_obj, Py_ssize_t from, Py_ssize_t to)
+{
+    return PySequence_GetSlice(view_obj, from, to);
+}
+
+/* The aborted transactions: 0 with *out a new reference (None for null), -1 malformed,
+ * -2 error. */
+static int rd_aborted(reader *r, PyObject *aborted_cls, PyObject **out)
+{
+    int64_t n;
+    if (r->flexible) {
+        if (rd_uvarint(r, &n) < 0)
+            return -1;
+        n -= 1;
+    } else if (rd_fixed(r, 4, &n) < 0) {
+        return -1;
+    }
+    if (n < -1)
+        return -1;
+    if (n < 0) {
+        *out = Py_NewRef(Py_None);
+        return 0;
+    }
+    if (n * 16 > r->end - r->pos)
+        return -1;
+    PyObject *txns = PyTuple_New((Py_ssize_t)n);
+    if (txns == NULL)
+        return -2;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t f[2];
+        if (rd_fixed(r, 8, &f[0]) < 0 || rd_fixed(r, 8, &f[1]) < 0 || rd_no_tags(r) < 0) {
+            Py_DECREF(txns);
+            return -1;
+        }
+        PyObject *txn = int_tuple(aborted_cls, f, 2);
+        if (txn == NULL) {
+            Py_DECREF(txns);
+            return -2;
+        }
+        PyTuple_SET_ITEM(txns, i, txn);
+    }
+    *out = txns;
+    return 0;
+}
+
+/* One partition: 0 with *out a new reference, -1 malformed, -2 error. */
+static int rd_fetch_partition(reader *r, int version, PyObject *view_obj, PyObject *cls,
+                              PyObject *aborted_cls, PyObject *known, PyObject **out)
+{
+    /* partition_index, error_code, high_watermark, last_stable_offset, log_start_offset */
+    int64_t f[5] = {0, 0, 0, 0, -1};
+    int64_t preferred = -1, n;
+    if (rd_fixed(r, 4, &f[0]) < 0 || rd_fixed(r, 2, &f[1]) < 0 || rd_fixed(r, 8, &f[2]) < 0 ||
+        rd_fixed(r, 8, &f[3]) < 0 || (version >= 5 && rd_fixed(r, 8, &f[4]) < 0))
+        return -1;
+    int unknown = known_error(known, f[1]);
+    if (unknown)
+        return unknown < 0 ? -2 : -1;
+    PyObject *aborted = NULL, *records = NULL;
+    int status = rd_aborted(r, aborted_cls, &aborted);
+    if (status < 0)
+        return status;
+    if (version >= 11 && rd_fixed(r, 4, &preferred) < 0)
+        goto malformed;
+    if (r->flexible) {
+        if (rd_uvarint(r, &n) < 0)
+            goto malformed;
+        n -= 1;
+    } else if (rd_fixed(r, 4, &n) < 0) {
+        goto malformed;
+    }
+    if (n < -1 || n > r->end - r->pos)
+        goto malformed;
+    if (n < 0) {
+        records = Py_NewRef(Py_None);
+    } else {
+        records = view_slice(view_obj, r->pos, r->pos + n);
+        if (records == NULL)
+            goto error;
+        r->pos += n;
+    }
+    if (rd_no_tags(r) < 0)
+        goto malformed;
+    PyObject *partition = new_tuple_of(cls, 8);
+    if (partition == NULL)
+        goto error;
+    for (int i = 0; i < 5; i++) {
+        PyObject *v = PyLong_FromLongLong(f[i]);
+        if (v == NULL) {
+            Py_DECREF(partition);
+            goto error;
+        }
+        PyTuple_SET_ITEM(partition, i, v);
+    }
+    PyObject *v = PyLong_FromLongLong(preferred);
+    if (v == NULL) {
+        Py_DECREF(partition);
+        goto error;
+    }
+    PyTuple_SET_ITEM(partition, 5, aborted);
+    PyTuple_SET_ITEM(partition, 6, v);
+    PyTuple_SET_ITEM(partition, 7, records);
+    *out = partition;
+    return 0;
+malformed:
+    Py_XDECREF(aborted);
+    Py_XDECREF(records);
+    return -1;
+error:
+    Py_XDECREF(aborted);
+    Py_XDECREF(records);
+    return -2;
+}
+
+/* read_fetch_response(view, offset, version, response_cls, topic_cls, partition_cls,
+ * aborted_cls, known_errors): response_cls(throttle_time_ms, error_code, session_id,
+ * responses) or None. */
+static PyObject *read_fetch_response(PyObject *self, PyObject *args)
+{
+    PyObject *view_obj, *response_cls, *topic_cls, *partition_cls, *aborted_cls, *known;
+    Py_ssize_t offset;
+    int version;
+    if (!PyArg_ParseTuple(args, "OniOOOOO!", &view_obj, &offset, &version, &response_cls,
+                          &topic_cls, &partition_cls, &aborted_cls, &PyFrozenSet_Type, &known))
+        return NULL;
+    if (!PyMemoryView_Check(view_obj) || !is_namedtuple_class(response_cls) ||
+        !is_namedtuple_class(topic_cls) || !is_namedtuple_class(partition_cls) ||
+        !is_namedtuple_class(aborted_cls)) {
+        PyErr_SetString(PyExc_TypeError, "a memoryview and four NamedTuple classes");
+        return NULL;
+    }
+    Py_buffer *view = PyMemoryView_GET_BUFFER(view_obj);
+    if (!PyBuffer_IsContiguous(view, 'C') || view->itemsize != 1 || offset < 0 ||
+        offset > view->len) {
+        PyErr_SetString(PyExc_ValueError, "a contiguous byte view, offset inside it");
+        return NULL;
+    }
+    if (version < 4 || version > 12)
+        Py_RETURN_NONE;
+    reader r = {(const unsigned char *)view->buf, offset, view->len, version >= 12};
+    int64_t head[4] = {0, 0, 0, 0}; /* throttle_time_ms, error_code, session_id, (slot) */
+    PyObject *topics = NULL, *result = NULL;
+    int status;
+    if (rd_fixed(&r, 4, &head[0]) < 0)
+        goto malformed;
+    if (version >= 7) {
+        if (rd_fixed(&r, 2, &head[1]) < 0 || rd_fixed(&r, 4, &head[2]) < 0)
+            goto malformed;
+        int unknown = known_error(known, head[1]);
+        if (unknown < 0)
+            goto error;
+        if (unknown)
+            goto malformed;
+    }
+    int64_t topic_count;
+    if (rd_count(&r, &topic_count) < 0)
+        goto malformed;
+    topics = PyTuple_New((Py_ssize_t)topic_count);
+    if (topics == NULL)
+        goto error;
+    for (Py_ssize_t t = 0; t < topic_count; t++) {
+        PyObject *partitions;
+        int64_t partition_count;
+        status = rd_named_array(&r, topic_cls, topics, t, &partitions, &partition_count);
+        if (status == -2)
+            goto error;
+        if (status < 0)
+            goto malformed;
+        for (Py_ssize_t i = 0; i < partition_count; i++) {
+            PyObject *partition;
+            status = rd_fetch_partition(&r, version, view_obj, partition_cls, aborted_cls, known,
+                                        &partition);
+            if (status == -2)
+                goto error;
+            if (status < 0)
+                goto malformed;
+            PyTuple_SET_ITEM(partitions, i, partition);
+        }
+        if (rd_no_tags(&r) < 0)
+            goto malformed;
+    }
+    if (rd_no_tags(&r) < 0)
+        goto malformed;
+    result = int_tuple(response_cls, head, 4);
+    if (result == NULL)
+        goto error;
+    Py_DECREF(PyTuple_GET_ITEM(result, 3));
+    PyTuple_SET_ITEM(result, 3, topics);
+    return result;
+malformed:
+    Py_XDECREF(topics);
+    Py_RETURN_NONE;
+error:
+    Py_XDECREF(topics);
+    return NULL;
+}
+
 /* -- encode_produce_response: a whole Produce response frame (v3-v11) from the handler's
  * answer mapping, as oncelog.protocol.fast_responses writes it (that Python encoder stays
  * the reference and the fallback: anything unexpected here returns None and it decides). */
@@ -1745,6 +1960,10 @@ static PyMethodDef methods[] = {
     {"read_fetch", read_fetch, METH_VARARGS,
      "read_fetch(view, offset, version, request_cls, topic_cls, partition_cls, forgotten_cls): "
      "a Fetch request body, or None when not plainly well formed."},
+    {"read_fetch_response", read_fetch_response, METH_VARARGS,
+     "read_fetch_response(view, offset, version, response_cls, topic_cls, partition_cls, "
+     "aborted_cls, known_errors): a Fetch response body, records as views, or None when not "
+     "plainly well formed."},
     {"walk_batches", walk_batches, METH_VARARGS,
      "walk_batches(buf, cls, start=0, end=-1): [(position, header)] of each complete batch."},
     {"parse_marker_at", parse_marker_at, METH_VARARGS,

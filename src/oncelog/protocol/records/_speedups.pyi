@@ -37,6 +37,17 @@ def encode_fetch_response(
     region_type: type[object],
     /,
 ) -> list[Any] | None: ...
+def read_fetch_response(
+    view: memoryview,
+    offset: int,
+    version: int,
+    response_cls: type[T],
+    topic_cls: type[object],
+    partition_cls: type[object],
+    aborted_cls: type[object],
+    known_errors: frozenset[int],
+    /,
+) -> T | None: ...
 def stamp_batch(
     data: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int, header: T, /
 ) -> tuple[bytes, T]: ...
