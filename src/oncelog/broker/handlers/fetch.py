@@ -7,8 +7,10 @@ larger than the limits cannot block a consumer.
 If fewer than `min_bytes` are ready, the request waits in the purgatory until an append to
 one of its partitions or `max_wait_ms`. A woken wait first checks, without reading, whether any
 of its partitions has something new past its fetch offset (or changed leadership) and only
-then reads again, as Kafka's DelayedFetch does: an acks=all produce wakes the followers'
-parked fetches on every high-watermark move, which is not new data for them.
+then reads again, as Kafka's DelayedFetch does: a consumer's parked fetch is woken by every
+high-watermark move of an acks=all produce, and most wake-ups are not new data for it. A
+follower's parked session fetch is not woken by the high-watermark moves its fellow followers'
+fetches make (`ReplicaManager.notify_appended`): a high watermark alone never completes it.
 
 Fetch sessions (KIP-227, `broker/fetch_session.py`): a fetch on a session reads the
 session's partitions and answers only those with news. A follower's session partition that is
@@ -81,9 +83,10 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     if ready is not None:
         return ready
     if fetch.follower_session:
-        # Woken by every high-watermark move of its partitions (an acks=all produce moves it
-        # once per follower fetch), which adds no bytes: read again only when a partition has
-        # records past the follower's position, or its log start or leadership moved.
+        # Woken by appends, log start moves and state changes of its partitions, and by
+        # high-watermark moves not made by a follower's fetch: read again only when a
+        # partition has records past the follower's position, or its log start or leadership
+        # moved.
 
         def woken_follower(force: bool) -> dict[str, Any] | None:
             if not force and not fetch.may_have_records():
@@ -353,7 +356,7 @@ class _Fetch:
             if p.sent_follower is None:
                 # Named by this request (a new position) and not answered since: compare
                 # with what this fetch's last attempt read instead, which found nothing to
-                # send (an acks=all produce wakes it again on each high-watermark move).
+                # send.
                 if seen is None:
                     seen = {id(a[0]): (a[4], a[3]) for a in self._answered if a[1] == 0}
                 last = seen.get(id(p))
