@@ -25,7 +25,9 @@ partition; `--partitions`, `--records`, `--value` change that, e.g. `--partition
   by an append and answered (6 batches each); each follower then fetches at the new end,
   which moves the high watermark and completes the waiting acks=all Produce (its answer is
   encoded). The Produce's own handling (the append) is not counted: `leader-produce` is.
-  With `--session` the followers fetch in fetch sessions, as the replica fetcher does.
+  With `--session` the followers fetch in fetch sessions, as the replica fetcher does;
+  `--consumer` adds a tailing consumer's fetch (no session), answered on each high-watermark
+  move and sent again, to the `leader-fetch` step.
 - `leader-produce`: the acks=all Produce of the same round alone.
 
 `--cold MIB` writes one byte per cache line of a buffer of that size between rounds (not
@@ -411,13 +413,10 @@ class _Leader:
             self.answers += 1
 
 
-def leader_steps(
-    root: Path, rounds: int, warmup: int, which: str, session: bool = False
-) -> tuple[Callable[[], Any], Callable[[], None]]:
-    leader = _Leader(root)
-    # Followers parked at the log end, as in steady state; with `session` each follower's
-    # first fetch opens a fetch session and the later ones are incremental in it, as the
-    # replica fetcher's are (every busy partition moved, so each is named again).
+def _park_followers(leader: _Leader, session: bool) -> dict[int, int]:
+    """Followers 2 and 3 parked at the log end, as in steady state; with `session` each one's
+    first fetch opens a fetch session (its id returned) and the later ones are incremental in
+    it, as the replica fetcher's are (every busy partition moved, so each is named again)."""
     sessions: dict[int, int] = {}
     for follower in (2, 3):
         cache = getattr(leader.dispatcher.broker, "fetch_sessions", None)
@@ -426,6 +425,16 @@ def leader_steps(
         if session:
             assert cache is not None, "this commit has no fetch sessions"
             (sessions[follower],) = set(cache._sessions) - before
+    return sessions
+
+
+def leader_steps(
+    root: Path, rounds: int, warmup: int, which: str, session: bool = False, consumer: bool = False
+) -> tuple[Callable[[], Any], Callable[[], None]]:
+    leader = _Leader(root)
+    if consumer:  # a consumer's fetch (no session) parked at the log end, as a tailing consumer's
+        leader.dispatch(leader.fetch_frame(-1, 0))
+    sessions = _park_followers(leader, session)
     produces = [leader.produce_frame(r) for r in range(warmup + rounds)]
 
     def next_fetch(follower: int, r: int) -> bytes:
@@ -434,6 +443,7 @@ def leader_steps(
         return leader.fetch_frame(follower, (r + 1) * RECORDS, sessions[follower], r + 1)
 
     fetches = [(next_fetch(2, r), next_fetch(3, r)) for r in range(warmup + rounds)]
+    consumes = [leader.fetch_frame(-1, (r + 1) * RECORDS) for r in range(warmup + rounds)]
 
     def produce(r: int) -> None:
         leader.dispatch(produces[r])
@@ -443,7 +453,9 @@ def leader_steps(
         f2, f3 = fetches[r]
         leader.dispatch(f2)  # at the new end: parks
         leader.dispatch(f3)  # moves the HW: the produce completes on the next wake
-        leader.wake()
+        leader.wake()  # and the consumer's parked fetch gets the new records
+        if consumer:
+            leader.dispatch(consumes[r])  # its next fetch, at the new HW: parks
 
     def run(lo: int, hi: int, part: str) -> None:
         for r in range(lo, hi):
@@ -464,8 +476,9 @@ def leader_steps(
         run(warmup, warmup + rounds, which)
 
     def check() -> None:
-        # Per round: 2 fetch answers with data, the produce answer.
-        assert leader.answers - answers_before == 3 * rounds, leader.answers - answers_before
+        # Per round: 2 fetch answers with data, the produce answer (and the consumer's).
+        expected = (4 if consumer else 3) * rounds
+        assert leader.answers - answers_before == expected, leader.answers - answers_before
         for p in range(PARTITIONS):
             plog = leader.replicas.partition(TopicPartition(TOPIC, p))
             assert plog.high_watermark == (warmup + rounds) * RECORDS
@@ -490,6 +503,12 @@ def main() -> None:
         "followers fetch in sessions",
     )
     parser.add_argument(
+        "--consumer",
+        action="store_true",
+        help="leader steps: a consumer's fetch waits at the log end too, is answered when the "
+        "high watermark moves and fetches again (counted in leader-fetch)",
+    )
+    parser.add_argument(
         "--cold",
         type=int,
         default=0,
@@ -510,7 +529,7 @@ def main() -> None:
             wrapped = lambda: operator.call(measured)  # noqa: E731
         else:
             measured, check = leader_steps(
-                Path(tmp), args.rounds, args.warmup, args.step, args.session
+                Path(tmp), args.rounds, args.warmup, args.step, args.session, args.consumer
             )
             wrapped = measured  # the steps wrap their own parts
         profiler = cProfile.Profile() if args.profile else None
