@@ -1531,6 +1531,43 @@ static PyObject *k_responses, *k_throttle_time, *k_name, *k_partition_responses,
 #define I64_MIN (-9223372036854775807LL - 1)
 #define I64_MAX 9223372036854775807LL
 
+/* The array of topics of an answer (`key` of `answer`): its count written; 0 with *out the
+ * list or tuple, 1 fall back, -1 error. */
+static int wr_topics(wbuf *b, PyObject *answer, PyObject *key, int flexible, PyObject **out)
+{
+    PyObject *responses = PyDict_GetItemWithError(answer, key);
+    if (responses == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (!PyList_Check(responses) && !PyTuple_Check(responses))
+        return 1;
+    if (wb_count(b, PySequence_Fast_GET_SIZE(responses), flexible) < 0)
+        return -1;
+    *out = responses;
+    return 0;
+}
+
+/* One topic of an answer: its name and partition count written; 0 with *parts the list or
+ * tuple of partitions, 1 fall back, -1 error. */
+static int wr_topic(wbuf *b, PyObject *topic, PyObject *name_key, PyObject *parts_key,
+                    int flexible, PyObject **parts)
+{
+    if (!PyDict_Check(topic))
+        return 1;
+    PyObject *name = PyDict_GetItemWithError(topic, name_key);
+    PyObject *found = name == NULL ? NULL : PyDict_GetItemWithError(topic, parts_key);
+    if (found == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    if (name == Py_None || (!PyList_Check(found) && !PyTuple_Check(found)))
+        return 1;
+    int rc = wb_string(b, name, flexible);
+    if (rc != 0)
+        return rc;
+    if (wb_count(b, PySequence_Fast_GET_SIZE(found), flexible) < 0)
+        return -1;
+    *parts = found;
+    return 0;
+}
+
 /* 0 written, 1 fall back, -1 error. */
 static int write_produce(wbuf *b, int version, int flexible, PyObject *answer,
                          PyObject *answer_keys, PyObject *partition_keys)
@@ -1538,29 +1575,14 @@ static int write_produce(wbuf *b, int version, int flexible, PyObject *answer,
     int rc = keys_within(answer, answer_keys);
     if (rc)
         return rc;
-    PyObject *responses = PyDict_GetItemWithError(answer, k_responses);
-    if (responses == NULL)
-        return PyErr_Occurred() ? -1 : 1;
-    if (!PyList_Check(responses) && !PyTuple_Check(responses))
-        return 1;
-    Py_ssize_t topics = PySequence_Fast_GET_SIZE(responses);
-    if (wb_count(b, topics, flexible) < 0)
-        return -1;
-    for (Py_ssize_t t = 0; t < topics; t++) {
+    PyObject *responses, *parts;
+    if ((rc = wr_topics(b, answer, k_responses, flexible, &responses)) != 0)
+        return rc;
+    for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(responses); t++) {
         PyObject *topic = PySequence_Fast_GET_ITEM(responses, t);
-        if (!PyDict_Check(topic))
-            return 1;
-        PyObject *name = PyDict_GetItemWithError(topic, k_name);
-        PyObject *parts = name == NULL ? NULL : PyDict_GetItemWithError(topic, k_partition_responses);
-        if (parts == NULL)
-            return PyErr_Occurred() ? -1 : 1;
-        if (name == Py_None || (!PyList_Check(parts) && !PyTuple_Check(parts)))
-            return 1;
-        if ((rc = wb_string(b, name, flexible)) != 0)
+        if ((rc = wr_topic(b, topic, k_name, k_partition_responses, flexible, &parts)) != 0)
             return rc;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(parts);
-        if (wb_count(b, n, flexible) < 0)
-            return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *p = PySequence_Fast_GET_ITEM(parts, i);
             if (!PyDict_Check(p))
@@ -1746,29 +1768,14 @@ static int write_fetch(fetch_out *o, int version, int flexible, PyObject *answer
         if (wb_be(b, (uint64_t)code, 2) < 0 || wb_be(b, (uint64_t)session, 4) < 0)
             return -1;
     }
-    PyObject *responses = PyDict_GetItemWithError(answer, k_responses);
-    if (responses == NULL)
-        return PyErr_Occurred() ? -1 : 1;
-    if (!PyList_Check(responses) && !PyTuple_Check(responses))
-        return 1;
-    Py_ssize_t topics = PySequence_Fast_GET_SIZE(responses);
-    if (wb_count(b, topics, flexible) < 0)
-        return -1;
-    for (Py_ssize_t t = 0; t < topics; t++) {
+    PyObject *responses, *parts;
+    if ((rc = wr_topics(b, answer, k_responses, flexible, &responses)) != 0)
+        return rc;
+    for (Py_ssize_t t = 0; t < PySequence_Fast_GET_SIZE(responses); t++) {
         PyObject *topic = PySequence_Fast_GET_ITEM(responses, t);
-        if (!PyDict_Check(topic))
-            return 1;
-        PyObject *name = PyDict_GetItemWithError(topic, k_topic);
-        PyObject *parts = name == NULL ? NULL : PyDict_GetItemWithError(topic, k_partitions);
-        if (parts == NULL)
-            return PyErr_Occurred() ? -1 : 1;
-        if (name == Py_None || (!PyList_Check(parts) && !PyTuple_Check(parts)))
-            return 1;
-        if ((rc = wb_string(b, name, flexible)) != 0)
+        if ((rc = wr_topic(b, topic, k_topic, k_partitions, flexible, &parts)) != 0)
             return rc;
         Py_ssize_t n = PySequence_Fast_GET_SIZE(parts);
-        if (wb_count(b, n, flexible) < 0)
-            return -1;
         for (Py_ssize_t i = 0; i < n; i++) {
             PyObject *p = PySequence_Fast_GET_ITEM(parts, i);
             if (!PyDict_Check(p))
