@@ -582,6 +582,12 @@ class BrokerConfig:
     """Typed broker configuration; `raw` keeps every key as given for DescribeConfigs."""
 
     raw: Mapping[str, str] = field(default_factory=dict)
+    #: name -> (raw text, parsed value) of scalar settings already read: the hot paths read
+    #: some on every request (fetch.max.bytes on a consumer's fetch), and parsing checks
+    #: the text and its bounds each time.
+    _parsed: dict[str, tuple[str, ConfigValue]] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def __post_init__(self) -> None:
         """Check every known key now, so a bad value stops the broker before it starts."""
@@ -616,7 +622,15 @@ class BrokerConfig:
     def get(self, name: str) -> ConfigValue | None:
         d = BROKER_CONFIGS[name]
         raw = self.raw.get(name, d.default)
-        return None if raw is None else parse_value(d, raw)
+        if raw is None:
+            return None
+        cached = self._parsed.get(name)
+        if cached is not None and cached[0] == raw:
+            return cached[1]
+        value = parse_value(d, raw)
+        if not isinstance(value, list):  # a list is the caller's to change
+            self._parsed[name] = (raw, value)
+        return value
 
     def get_int(self, name: str) -> int:
         value = self.get(name)

@@ -655,3 +655,17 @@ def test_broker_synonyms_of_the_new_topic_keys() -> None:
     assert defaults["compression.zstd.level"] == "7"
     assert defaults["unclean.leader.election.enable"] == "true"
     assert BrokerConfig({"log.roll.jitter.ms": "5"}).topic_defaults()["segment.jitter.ms"] == "5"
+
+
+def test_a_setting_read_again_is_the_same_value_and_a_list_is_the_callers_own() -> None:
+    """Scalars are parsed once per config (the hot paths read some per request); a list
+    is parsed afresh each time, so a caller that changes it does not change the config."""
+    config = BrokerConfig({"fetch.max.bytes": "100000", "log.dirs": "/a,/b"})
+    assert config.get_int("fetch.max.bytes") == config.get_int("fetch.max.bytes") == 100000
+    assert config.get("socket.request.max.bytes") == 104857600  # a default, parsed and kept
+    assert config.get("socket.request.max.bytes") == 104857600
+    dirs = config.get("log.dirs")
+    assert isinstance(dirs, list)
+    dirs.append("/c")
+    assert config.get("log.dirs") == ["/a", "/b"]
+    assert config == BrokerConfig({"fetch.max.bytes": "100000", "log.dirs": "/a,/b"})
