@@ -182,6 +182,17 @@ class Stream:
     def total_acked(self) -> int:
         return sum(len(v) for v in self.acked.values())
 
+    def wait_acknowledged(self, count: int, timeout: float = 30) -> None:
+        """Until `count` messages are acknowledged, so that a fault hits a running stream: the
+        producer's start (its producer id, the leader) can take seconds on a loaded machine,
+        and a fault before it ends stalls the start instead (a paused broker asked for the
+        producer id answers only when it resumes)."""
+        deadline = time.monotonic() + timeout
+        while len(self.ack_times) < count:
+            assert time.monotonic() < deadline, f"{len(self.ack_times)} acknowledged in {timeout} s"
+            assert not self.errors, self.errors[:5]
+            time.sleep(0.02)
+
 
 def read_all(cluster: Cluster, topic: str) -> dict[int, list[int]]:
     return {p: read_values(cluster.bootstrap, topic, p) for p in cluster.partitions(topic)}
@@ -620,6 +631,7 @@ def test_leader_paused_past_its_session_is_replaced_and_acknowledges_nothing(
         cluster.create_topic(topic, assignment=[[1, 2, 3]])
         cluster.wait_isr_full(topic)
         stream = Stream(cluster.bootstrap, topic, 400, request_timeout_ms=4000).start()
+        stream.wait_acknowledged(100)
         time.sleep(2)
         with RawClient(cluster.brokers[1].port, timeout=30) as client:
             cluster.pause(1)
@@ -757,6 +769,7 @@ def test_etcd_paused_while_producing_loses_nothing(
         c.create_topic(topic, 3, 3, {"min.insync.replicas": "2"})
         c.wait_isr_full(topic)
         stream = Stream(c.bootstrap, topic, 1000).start()
+        stream.wait_acknowledged(100)
         time.sleep(2)
         c.etcd.pause()
         paused = time.monotonic()
@@ -832,6 +845,7 @@ def test_follower_paused_past_the_lag_time_leaves_the_isr_and_rejoins(tmp_path: 
         cluster.create_topic(topic, assignment=[[1, 2, 3]], configs={"min.insync.replicas": "2"})
         cluster.wait_isr_full(topic)
         stream = Stream(cluster.bootstrap, topic, 500).start()
+        stream.wait_acknowledged(100)
         time.sleep(1)
         cluster.pause(3)
         paused = time.monotonic()
@@ -974,6 +988,7 @@ def test_leader_cut_off_from_etcd_only_acknowledges_nothing_alone(tmp_path: Path
             )
             cluster.wait_isr_full(topic)
             stream = Stream(cluster.bootstrap, topic, 400, request_timeout_ms=4000).start()
+            stream.wait_acknowledged(100)
             time.sleep(2)
             relay.cut()
             try:
