@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from oncelog.protocol import framing
 from oncelog.protocol.codec import DecodeError, decode_request, is_flexible, request_class
 from oncelog.protocol.framing import SCRATCH_BYTES, FrameDecoder, FrameError, frame
 from oncelog.protocol.registry import SUPPORTED_VERSIONS
@@ -49,7 +50,19 @@ def test_frame_decoder_byte_by_byte(payloads: list[bytes], step: int) -> None:
     assert got == payloads
 
 
-_AROUND_LIMITS = [0, 1, 3, 262_140, 262_141, 300_000, 1 << 20, (1 << 20) + 7]
+_AROUND_LIMITS = [
+    0,
+    1,
+    3,
+    65_535,
+    65_536,
+    100_000,
+    262_140,
+    262_141,
+    300_000,
+    1 << 20,
+    (1 << 20) + 7,
+]
 
 
 @settings(max_examples=40, deadline=None)
@@ -69,10 +82,55 @@ def test_frame_decoder_large_frames_received_in_place(
         want = data.draw(st.integers(1, 200_000))
         n = min(len(buf), want, len(stream) - pos)
         buf[:n] = stream[pos : pos + n]
+        if data.draw(st.booleans()):  # uvloop lets go of it first; asyncio's transports not
+            buf.release()
         pos += n
         got += [bytes(f) for f in decoder.received(n)]
     assert got == payloads
     assert decoder.buffered == 0 and not decoder.in_frame
+
+
+@pytest.mark.parametrize("helper", ["c", "python"])
+def test_a_large_frame_keeps_its_head_where_it_was_received(
+    helper: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scratch buffer a large frame began in becomes the frame's (no copy of the
+    256 KiB head) when nothing else views it, and a new scratch buffer takes what follows;
+    with the C helper's buffers and with plain bytearrays alike."""
+    if helper == "python":
+        monkeypatch.setattr(framing, "_speedups", None)
+    elif framing._speedups is None:
+        pytest.fail("the C helper is not built")
+    size = SCRATCH_BYTES + 1000
+    stream = frame(bytes(range(256)) * (size // 256) + b"x" * (size % 256)) + frame(b"next")
+    decoder = FrameDecoder(2 << 20)
+    first = decoder.get_buffer()
+    first_buffer = first.obj
+    first[:] = stream[: len(first)]
+    taken = len(first)
+    first.release()
+    assert decoder.received(taken) == []
+    rest = decoder.get_buffer()
+    assert rest.obj is first_buffer and len(rest) == size + 4 - taken
+    rest[:] = stream[taken : size + 4]
+    rest.release()
+    (done,) = decoder.received(size + 4 - taken)
+    assert done.obj is first_buffer and done.readonly and bytes(done) == stream[4 : size + 4]
+    assert decoder.feed(stream[size + 4 :]) == [b"next"]
+
+
+def test_a_frame_of_64_kib_or_more_is_a_view_of_the_buffer_it_arrived_in() -> None:
+    """Not copied out: the decoder leaves it its scratch buffer and moves on with the bytes
+    after it (here the start of the next frame) in a new one."""
+    big = bytes(range(256)) * 400
+    stream = frame(b"small") + frame(big) + frame(b"after")
+    decoder = FrameDecoder(1 << 20)
+    small, whole = decoder.feed(stream[:-3])
+    assert isinstance(small, bytes) and small == b"small"
+    assert isinstance(whole, memoryview) and whole.readonly and bytes(whole) == big
+    assert decoder.buffered == len(frame(b"after")) - 3
+    assert decoder.feed(stream[-3:]) == [b"after"]
+    assert bytes(whole) == big  # the next frames went to another buffer
 
 
 def test_frame_decoder_costs_what_a_peer_sent_beyond_the_in_place_limit() -> None:

@@ -1916,6 +1916,36 @@ done:
     return out;
 }
 
+/* Receive buffers. A frame's bytes are read before anything looks at them, so zeroing a
+ * fresh buffer (bytearray(n) does) is a memset of the whole frame for nothing. */
+
+static PyObject *new_buffer(PyObject *self, PyObject *arg)
+{
+    Py_ssize_t n = PyLong_AsSsize_t(arg);
+    if (n == -1 && PyErr_Occurred())
+        return NULL;
+    if (n < 0) {
+        PyErr_SetString(PyExc_ValueError, "negative buffer size");
+        return NULL;
+    }
+    return PyByteArray_FromStringAndSize(NULL, n);
+}
+
+static PyObject *grow_buffer(PyObject *self, PyObject *args)
+{
+    PyObject *buf;
+    Py_ssize_t n;
+    if (!PyArg_ParseTuple(args, "O!n", &PyByteArray_Type, &buf, &n))
+        return NULL;
+    if (n < PyByteArray_GET_SIZE(buf)) {
+        PyErr_SetString(PyExc_ValueError, "grow_buffer cannot shrink");
+        return NULL;
+    }
+    if (PyByteArray_Resize(buf, n) < 0) /* BufferError while a view of it is alive */
+        return NULL;
+    Py_RETURN_NONE;
+}
+
 static int intern_keys(void)
 {
     struct { PyObject **slot; const char *text; } keys[] = {
@@ -1984,6 +2014,10 @@ static PyMethodDef methods[] = {
     {"plan_scan", plan_scan, METH_VARARGS,
      "plan_scan(buf, next_offset, base_offset, bytes_since_index, interval, has_entries, "
      "max_timestamp): a segment load's walk over one chunk."},
+    {"new_buffer", new_buffer, METH_O,
+     "new_buffer(n): a bytearray of n bytes left as they are (to be filled by a receive)."},
+    {"grow_buffer", grow_buffer, METH_VARARGS,
+     "grow_buffer(buf, n): extend a bytearray to n bytes without writing the new ones."},
     {NULL, NULL, 0, NULL},
 };
 
