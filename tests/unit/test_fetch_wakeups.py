@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from oncelog.broker.dispatcher import Pending
-from oncelog.broker.partition import ReplicaView
+from oncelog.broker.partition import Change, ReplicaView
 from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import ApiKey
@@ -186,3 +186,31 @@ def test_an_isr_member_below_the_high_watermark_does_not_move_it(broker: Broker)
     fetch(broker, 5, replica_id=2)
     fetch(broker, 5, replica_id=3)
     assert plog.high_watermark == 5
+
+
+def test_the_state_already_applied_is_no_news(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader's own ISR change comes back twice, from the etcd watch and from its write's
+    answer: the second changes nothing and wakes nothing, and a proposal made in between
+    stays pending."""
+    replicas = broker.replicas
+    woken: list[list[TopicPartition]] = []
+    real = replicas.notify_appended
+
+    def notify_appended(tps: list[TopicPartition], **kwargs: Any) -> None:
+        woken.append(tps)
+        real(tps, **kwargs)
+
+    monkeypatch.setattr(replicas, "notify_appended", notify_appended)
+    shrunk = ReplicaView(1, 0, (1, 2), 1, (1, 2, 3), 2)
+    assert replicas.apply_partition_state(TP, shrunk) == Change.ISR_CHANGED  # the watch
+    assert woken == [[TP]]
+    leader = replicas.replicas_by_tp[TP].leader
+    assert leader is not None and leader.isr == {1, 2} and leader.pending_isr is None
+    leader.isr_proposed(frozenset({1}))
+    replicas.isr_change_done(TP, shrunk)  # the write's answer
+    assert woken == [[TP]]
+    assert leader.isr == {1, 2} and leader.pending_isr == {1}
+    assert replicas.apply_partition_state(TP, shrunk) == Change.NOTHING
+    assert woken == [[TP]]

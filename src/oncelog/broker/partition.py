@@ -64,8 +64,11 @@ class Partition:
 
     def apply_state(self, view: ReplicaView, lag_time_max_ms: int, now_ms: int) -> Change:
         """Take a partition state read from etcd; stale ones (older leader epoch, or the same
-        leader epoch with an older partition epoch) are ignored."""
+        leader epoch with an older partition epoch) and the one already applied (a leader's
+        own ISR change comes back from the watch and from its write) are ignored."""
         old = self.view
+        if view == old:
+            return Change.NOTHING
         if old is not None and (
             view.leader_epoch < old.leader_epoch
             or (

@@ -628,6 +628,8 @@ class ReplicaManager:
         if view is None:
             replica.leader.isr_refused()
             return
+        if view == replica.view:  # the watch brought it first (and committed it)
+            return
         if self.apply_partition_state(tp, view) == Change.NOTHING and replica.leader is not None:
             replica.leader.isr_refused()  # a newer state was applied meanwhile
 
