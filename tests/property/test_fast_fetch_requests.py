@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol.codec import DecodeError, build, decode_request, encode_entity, request_class
-from oncelog.protocol.fast_requests import FetchRequest, _speedups, decode_fetch
+from oncelog.protocol.fast_requests import FetchRequest, _speedups, decode_fetch, fetch_max_wait_ms
 
 pytestmark = pytest.mark.skipif(_speedups is None, reason="the C helper is not built")
 
@@ -118,7 +118,10 @@ def test_fetch_requests_read_as_kio_reads_them(
     frame = b"head" + _build(version, body) + pad
     fast = decode_fetch(version, frame, 4)
     assert isinstance(fast, FetchRequest)
-    assert _fields(fast) == _fields(decode_request(request_class(FETCH, version), frame, 4))
+    kio = decode_request(request_class(FETCH, version), frame, 4)
+    assert _fields(fast) == _fields(kio)
+    wait_ms = body["max_wait"] // timedelta(milliseconds=1)
+    assert fetch_max_wait_ms(fast) == fetch_max_wait_ms(kio) == wait_ms
 
 
 @settings(max_examples=300, deadline=None)

@@ -11,7 +11,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from oncelog.protocol.codec import DecodeError, build, decode_request, encode_entity, request_class
-from oncelog.protocol.fast_requests import _speedups, decode_produce, decode_produce_python
+from oncelog.protocol.fast_requests import (
+    _speedups,
+    decode_produce,
+    decode_produce_python,
+    produce_timeout_ms,
+)
 
 PRODUCE = 0
 
@@ -80,7 +85,9 @@ def test_produce_requests_read_as_kio_reads_them(
     frame = b"head" + encode_entity(build(cls, body)) + pad
     fast = reader(version, frame, 4)
     assert fast is not None
-    assert _fields(fast) == _fields(decode_request(cls, frame, 4))
+    kio = decode_request(cls, frame, 4)
+    assert _fields(fast) == _fields(kio)
+    assert produce_timeout_ms(fast) == produce_timeout_ms(kio) == body["timeout"]
     for topic in fast.topic_data:
         for p in topic.partition_data:
             assert p.records is None or (isinstance(p.records, memoryview) and p.records.readonly)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import datetime
 import struct
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from oncelog.protocol.framing import Frame
 from oncelog.protocol.records.speedups import speedups as _speedups
@@ -47,6 +47,24 @@ class ProduceRequest(NamedTuple):
     @property
     def timeout(self) -> datetime.timedelta:
         return datetime.timedelta(milliseconds=self.timeout_ms)
+
+
+_MS = datetime.timedelta(milliseconds=1)
+
+
+def produce_timeout_ms(request: Any) -> int:
+    """A Produce's `timeout_ms` (at least 0): the C reader's request has the wire's
+    milliseconds, kio's a timedelta (no round trip through one on the hot path)."""
+    if isinstance(request, ProduceRequest):
+        return max(0, request.timeout_ms)
+    return max(0, int(request.timeout // _MS))
+
+
+def fetch_max_wait_ms(request: Any) -> int:
+    """A Fetch's `max_wait_ms`, from either reader's request (as `produce_timeout_ms`)."""
+    if isinstance(request, FetchRequest):
+        return request.max_wait_ms
+    return int(request.max_wait // _MS)
 
 
 class FetchPartition(NamedTuple):

@@ -69,7 +69,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         # which is never while this one waits (its answer comes first).
         layout, tps = session.layout()
         topics = list(layout)
-    max_wait = _max_wait_ms(request)
+    max_wait = fast_requests.fetch_max_wait_ms(request)
     denied = _unauthorized(ctx, follower, [name for name, _ in topics])
     fetch = _Fetch(ctx, request, topics, denied, session, incremental)
 
@@ -109,13 +109,6 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         return answer
 
     return Delayed(woken, ctx.broker.clock.monotonic_ms() + max_wait, tps)
-
-
-def _max_wait_ms(request: Any) -> int:
-    """The C reader's request has the wire's milliseconds; kio's, a timedelta."""
-    if isinstance(request, fast_requests.FetchRequest):
-        return request.max_wait_ms
-    return int(request.max_wait.total_seconds() * 1000)
 
 
 def _session(

@@ -23,6 +23,7 @@ from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError, NotEnoughReplicas
+from oncelog.protocol.fast_requests import produce_timeout_ms
 from oncelog.security.acl import AclOperation as Op
 from oncelog.storage.partition_log import AppendInfo
 from oncelog.storage.validator import KeylessRecords
@@ -162,8 +163,7 @@ def _after_verification(
     tps = tuple(
         TopicPartition(t.name, p.index) for t in request.topic_data for p in t.partition_data
     )
-    timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
-    deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
+    deadline = ctx.broker.clock.monotonic_ms() + produce_timeout_ms(request)
     return Delayed(attempt, deadline, tuple(op.key for op, _, _ in asks) + tps)
 
 
@@ -227,8 +227,7 @@ def _produce(
     ready = attempt(False)
     if ready is not None:
         return ready
-    timeout_ms = max(0, int(request.timeout.total_seconds() * 1000))
-    deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
+    deadline = ctx.broker.clock.monotonic_ms() + produce_timeout_ms(request)
     return Delayed(attempt, deadline, tuple(tp for tp, *_ in waiting))
 
 
