@@ -306,3 +306,40 @@ def test_a_stale_log_start_file_after_retention_loads_from_the_first_segment(
     reloaded = again.get(A0)
     assert reloaded is not None and reloaded.log_start_offset == 6
     again.shutdown()
+
+
+def _deleted_dirs(log_dir: Path) -> list[str]:
+    return sorted(p.name for p in log_dir.iterdir() if p.name.endswith("-delete"))
+
+
+def test_a_deleted_partition_is_renamed_at_once_and_its_files_go_later(tmp_path: Path) -> None:
+    """As Kafka does: the directory becomes `<dir>.<uuid>-delete` (a rename, quick on the
+    event loop) and the unlinks of its segments come from `remove_deleted` (a worker's)."""
+    manager = _populated(tmp_path)
+    manager.delete(B0)
+    assert manager.get(B0) is None and not (tmp_path / "b.x-y-0").exists()
+    (retired,) = _deleted_dirs(tmp_path)
+    assert retired.startswith("b.x-y-0.") and list((tmp_path / retired).glob("*.log"))
+    assert manager.deleting
+    assert manager.remove_deleted() == 1
+    assert _deleted_dirs(tmp_path) == [] and not manager.deleting
+    assert manager.remove_deleted() == 0
+    plog = manager.create(B0, CONFIG)  # created again under the same name: empty
+    assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+    manager.shutdown()
+
+
+def test_files_of_a_partition_deleted_before_a_stop_go_at_the_next_start(tmp_path: Path) -> None:
+    """A crash (or stop) before the files went leaves the renamed directory: the next start
+    removes it, loads no partition from it, and a topic of the same name starts empty."""
+    manager = _populated(tmp_path)
+    manager.delete(B0)
+    manager.shutdown()
+    assert len(_deleted_dirs(tmp_path)) == 1
+    manager = LogManager([tmp_path], ManualClock(T0))
+    manager.startup(_config_for)
+    assert _deleted_dirs(tmp_path) == []
+    assert manager.get(B0) is None and manager.get(A0) is not None
+    plog = manager.create(B0, CONFIG)
+    assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
+    manager.shutdown()

@@ -445,7 +445,10 @@ class BrokerServer:
 
     async def _flush(self) -> None:
         await self._flush_rolled()
-        self.replicas.logs.flush_by_time()
+        logs = self.replicas.logs
+        logs.flush_by_time()
+        if logs.deleting:  # deleted partitions' files, unlinked off the loop
+            await asyncio.get_running_loop().run_in_executor(None, logs.remove_deleted)
 
     async def _flush_rolled(self) -> None:
         """fsync rolled segments and write their rolls' producer snapshots, in a worker

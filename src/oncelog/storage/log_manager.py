@@ -23,6 +23,7 @@ import os
 import re
 import shutil
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,8 @@ LOG_START_FILE = "log-start-offset-checkpoint"
 CLEANER_CHECKPOINT_FILE = "cleaner-offset-checkpoint"
 LOCK_FILE = ".lock"
 _PARTITION_DIR = re.compile(r"^(.+)-(\d+)$")
+#: A deleted partition's directory, renamed to be removed later (`PartitionLog.delete`).
+_DELETED_DIR = re.compile(r"^.+-\d+\.[0-9a-f]+-delete$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,8 @@ class LogManager:
         #: Called when a partition rolled a segment (on whatever thread appended): the
         #: broker then runs `flush_rolled` in a worker soon, not only on its 1 s timer.
         self.roll_hook: Callable[[], None] = _nothing
+        #: Directories of deleted partitions, renamed, for `remove_deleted` (a worker's).
+        self._deleted: deque[Path] = deque()
 
     def _flush(self, flush: Callable[[], None]) -> None:
         self.flush_hook(flush)
@@ -177,6 +182,10 @@ class LogManager:
             cleaned = read_offset_checkpoint(log_dir / CLEANER_CHECKPOINT_FILE)
             high_watermarks = read_offsets(log_dir / REPLICATION_CHECKPOINT_FILE)
             for path in sorted(log_dir.iterdir()):
+                if path.is_dir() and _DELETED_DIR.match(path.name):
+                    log.info("removing %s, deleted before the last stop", path)
+                    shutil.rmtree(path, ignore_errors=True)
+                    continue
                 match = _PARTITION_DIR.match(path.name)
                 if not path.is_dir() or not match:
                     continue
@@ -266,10 +275,27 @@ class LogManager:
         return fresh
 
     def delete(self, tp: TopicPartition) -> None:
+        """Drop a partition at once; its files go with the next `remove_deleted`."""
         plog = self.logs.pop(tp, None)
         self._dir_of.pop(tp, None)
         if plog is not None:
-            plog.delete()
+            retired = plog.delete()
+            if retired is not None:
+                self._deleted.append(retired)
+
+    @property
+    def deleting(self) -> bool:
+        """Whether deleted partitions' files wait for `remove_deleted`."""
+        return bool(self._deleted)
+
+    def remove_deleted(self) -> int:
+        """Remove the files of deleted partitions (for a worker thread: the unlinks of a big
+        partition's segments take the kernel a while); how many directories went."""
+        removed = 0
+        while self._deleted:
+            shutil.rmtree(self._deleted.popleft(), ignore_errors=True)
+            removed += 1
+        return removed
 
     def partitions(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))

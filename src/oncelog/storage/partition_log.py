@@ -19,8 +19,8 @@ import bisect
 import contextlib
 import itertools
 import logging
-import shutil
 import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -1464,14 +1464,24 @@ class PartitionLog:
         for segment in self.segments:
             segment.close()
 
-    def delete(self) -> None:
+    def delete(self) -> Path | None:
+        """Close the log and rename its directory to `<dir>.<uuid>-delete` (Kafka's name),
+        returned for the caller to remove off the event loop: unlinking gigabytes of segments
+        takes the kernel a while, and a crash half way leaves a name no load takes for a
+        partition (a topic created again under the same name starts empty). None when the
+        directory is gone already."""
         self.leader_epoch_cache.close()
         with self._snapshot_lock:
             self._generation += 1
         self.producer_state.clear()
         for segment in self.segments:
             segment.close()
-        shutil.rmtree(self.directory, ignore_errors=True)
+        retired = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
+        try:
+            self.directory.rename(retired)
+        except FileNotFoundError:
+            return None
+        return retired
 
 
 def _no_crash(step: str) -> None:
