@@ -343,3 +343,29 @@ def test_files_of_a_partition_deleted_before_a_stop_go_at_the_next_start(tmp_pat
     plog = manager.create(B0, CONFIG)
     assert (plog.log_start_offset, plog.log_end_offset) == (0, 0)
     manager.shutdown()
+
+
+def test_segments_deleted_by_retention_are_renamed_then_removed(tmp_path: Path) -> None:
+    """Retention (and truncation, DeleteRecords) renames a segment's files to `.deleted` at
+    once; `remove_deleted` unlinks them, and a load removes any a crash left."""
+    manager = _populated(tmp_path)
+    plog = manager.get(A0)
+    assert plog is not None and [s.base_offset for s in plog.segments] == [0, 3]
+    plog.delete_records_before(4)
+    assert [s.base_offset for s in plog.segments] == [3]
+    directory = tmp_path / "a-0"
+    names = sorted(p.name for p in directory.iterdir() if p.name.startswith("0000"))
+    first = "00000000000000000000"
+    assert f"{first}.log" not in names and f"{first}.log.deleted" in names
+    assert f"{first}.index.deleted" in names and manager.deleting
+    assert manager.remove_deleted() == 3  # .log, .index, .timeindex (no .txnindex here)
+    assert not list(directory.glob("*.deleted")) and not manager.deleting
+    (directory / f"{first}.log.deleted").write_bytes(b"left by a crash")
+    manager.shutdown()
+    manager = LogManager([tmp_path], ManualClock(T0))
+    manager.startup(_config_for)
+    assert not list(directory.glob("*.deleted"))
+    reloaded = manager.get(A0)
+    assert reloaded is not None and reloaded.log_start_offset == 4
+    assert [s.base_offset for s in reloaded.segments] == [3]
+    manager.shutdown()

@@ -160,7 +160,8 @@ class LogManager:
         #: Called when a partition rolled a segment (on whatever thread appended): the
         #: broker then runs `flush_rolled` in a worker soon, not only on its 1 s timer.
         self.roll_hook: Callable[[], None] = _nothing
-        #: Directories of deleted partitions, renamed, for `remove_deleted` (a worker's).
+        #: Renamed files of deleted segments and directories of deleted partitions, for
+        #: `remove_deleted` (a worker's).
         self._deleted: deque[Path] = deque()
 
     def _flush(self, flush: Callable[[], None]) -> None:
@@ -209,6 +210,7 @@ class LogManager:
                 self.logs[tp].cleaner_checkpoint = cleaned.get(tp, 0)
                 self.logs[tp].flush_hook = self._flush
                 self.logs[tp].roll_hook = self._rolled
+                self.logs[tp].discard_hook = self._discard
                 self._dir_of[tp] = log_dir
             if clean:
                 marker.unlink(missing_ok=True)
@@ -246,6 +248,7 @@ class LogManager:
         )
         plog.flush_hook = self._flush
         plog.roll_hook = self._rolled
+        plog.discard_hook = self._discard
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir
         return plog
@@ -271,11 +274,12 @@ class LogManager:
         fresh.cleaner_checkpoint = plog.cleaner_checkpoint
         fresh.flush_hook = self._flush
         fresh.roll_hook = self._rolled
+        fresh.discard_hook = self._discard
         self.logs[tp] = fresh
         return fresh
 
     def delete(self, tp: TopicPartition) -> None:
-        """Drop a partition at once; its files go with the next `remove_deleted`."""
+        """Drop a partition at once; its files go with a later `remove_deleted`."""
         plog = self.logs.pop(tp, None)
         self._dir_of.pop(tp, None)
         if plog is not None:
@@ -285,15 +289,22 @@ class LogManager:
 
     @property
     def deleting(self) -> bool:
-        """Whether deleted partitions' files wait for `remove_deleted`."""
+        """Whether files of deleted segments or partitions wait for `remove_deleted`."""
         return bool(self._deleted)
 
+    def _discard(self, paths: list[Path]) -> None:
+        self._deleted.extend(paths)
+
     def remove_deleted(self) -> int:
-        """Remove the files of deleted partitions (for a worker thread: the unlinks of a big
-        partition's segments take the kernel a while); how many directories went."""
+        """Remove the files of deleted segments and partitions (for a worker thread: the
+        unlinks of a big segment take the kernel a while); how many paths went."""
         removed = 0
         while self._deleted:
-            shutil.rmtree(self._deleted.popleft(), ignore_errors=True)
+            path = self._deleted.popleft()
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
             removed += 1
         return removed
 

@@ -61,7 +61,7 @@ from oncelog.protocol.records.control import ControlRecordError, build_marker, p
 from oncelog.protocol.records.record import record_offsets_and_timestamps
 from oncelog.storage import swap
 from oncelog.storage.leader_epoch_cache import EpochEntry, LeaderEpochCache
-from oncelog.storage.segment import LogSegment
+from oncelog.storage.segment import DELETED_SUFFIX, LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.validator import ValidatedRecords
 from oncelog.types import TopicPartition
@@ -201,6 +201,9 @@ class PartitionLog:
         self.flush_hook: Callable[[Callable[[], None]], None] = _run
         self.roll_hook: Callable[[], None] = _no_roll_hook
         """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""
+        self.discard_hook: Callable[[list[Path]], None] = _unlink_all
+        """Takes the renamed files of each deleted segment to remove (at once by default;
+        the log manager's worker does it for the broker)."""
         """Runs each segment fsync given to it (the broker's metrics time them; storage
         reads no clock). May be called from a worker thread."""
 
@@ -231,6 +234,8 @@ class PartitionLog:
         plog = cls(directory, tp, config, clock, producers)
         for stale in directory.glob("*.tmp"):
             stale.unlink()
+        for deleted in directory.glob("*" + DELETED_SUFFIX):  # a crash came before removal
+            deleted.unlink()
         completed = swap.recover(directory)
         if completed:
             log.warning("%s: completed interrupted cleaner swaps at %s", tp, completed)
@@ -240,7 +245,7 @@ class PartitionLog:
             segment = LogSegment(directory, base, config.index_interval_bytes)
             if truncated or (plog.segments and base < plog.segments[-1].next_offset):
                 log.warning("%s: deleting segment %d after a recovered tail", tp, base)
-                segment.delete()
+                plog.discard_hook(segment.delete())
                 continue
             recover = not clean and _segment_may_hold(base, bases, recovery_point)
             result = segment.load(recover=recover)
@@ -884,7 +889,7 @@ class PartitionLog:
             # An empty segment far below a batch after a gap: its index could not hold it.
             self.segments.pop()
             self._bases.pop()
-            seg.delete()
+            self.discard_hook(seg.delete())
             self._add_segment(self._new_segment(first.base_offset))
             seg = self.active
         base_size = seg.size
@@ -934,7 +939,7 @@ class PartitionLog:
         with self._snapshot_lock:
             self._generation += 1
             for segment in self.segments:
-                segment.delete()
+                self.discard_hook(segment.delete())
             self.segments = []
             self._bases = []
             self._rolled_unflushed = []
@@ -1280,7 +1285,7 @@ class PartitionLog:
         self._bases.pop(0)
         if segment in self._rolled_unflushed:
             self._rolled_unflushed.remove(segment)
-        segment.delete()
+        self.discard_hook(segment.delete())
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self._epochs_from_start()
 
@@ -1440,7 +1445,7 @@ class PartitionLog:
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
                 segment = self.segments.pop()
                 self._bases.pop()
-                segment.delete()
+                self.discard_hook(segment.delete())
             self.active.truncate_to(offset)
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self.rebuild_producer_state()  # deletes the snapshots beyond the new end
@@ -1490,6 +1495,11 @@ def _no_crash(step: str) -> None:
 
 def _no_roll_hook() -> None:
     return None
+
+
+def _unlink_all(paths: list[Path]) -> None:
+    for path in paths:
+        path.unlink(missing_ok=True)
 
 
 def _run(flush: Callable[[], None]) -> None:

@@ -42,6 +42,8 @@ _IOV_MAX = 1024
 REGION_MIN_BYTES = 32 * 1024
 #: At most this many batches since the last index entry are remembered (`_recent`).
 _RECENT_MAX = 256
+#: A deleted segment's files until they are removed (`LogSegment.delete`).
+DELETED_SUFFIX = ".deleted"
 
 
 def segment_name(base_offset: int) -> str:
@@ -446,14 +448,21 @@ class LogSegment:
         self.time_index.close()
         self.txn_index.close()
 
-    def delete(self) -> None:
-        """Remove the files, indexes first: a crash in between leaves a log whose indexes
-        are rebuilt on load, never orphan indexes a later segment would append to."""
+    def delete(self) -> list[Path]:
+        """Rename the files to `<name>.deleted` (Kafka's suffix), indexes first: a crash in
+        between leaves a log whose indexes are rebuilt on load, never orphan indexes a later
+        segment would append to. The renamed files are returned for the caller to remove:
+        unlinking a gigabyte segment takes the kernel a while, too long for the event loop;
+        a load removes any it finds."""
         self.close()
         paths = (self.txn_index.path, self.time_index.path, self.index.path, self.log_path)
+        retired = []
         for path in paths:
+            target = path.with_name(path.name + DELETED_SUFFIX)
             with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+                path.rename(target)
+                retired.append(target)
+        return retired
 
     def last_modified_ms(self) -> int:
         return int(os.stat(self.log_path).st_mtime * 1000)
