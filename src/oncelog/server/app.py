@@ -447,7 +447,7 @@ class BrokerServer:
         await self._flush_rolled()
         logs = self.replicas.logs
         logs.flush_by_time()
-        if logs.deleting:  # deleted partitions' files, unlinked off the loop
+        if logs.deleting:  # files of deleted segments and partitions, unlinked off the loop
             await asyncio.get_running_loop().run_in_executor(None, logs.remove_deleted)
 
     async def _flush_rolled(self) -> None:
