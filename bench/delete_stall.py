@@ -1,0 +1,116 @@
+"""How long a broker stops answering while a large topic is deleted (issue 15: no stalls).
+
+    .venv/bin/python bench/delete_stall.py [--gib 2] [--rounds 2] [--oncelog-rev REV]
+
+Writes `--gib` GiB of 10 KiB values into a one-partition topic with librdkafka, then
+deletes the topic while a probe thread sends ApiVersions requests on its own connection, one
+every 2 ms, from 1 s before the deletion to 3 s after it. Prints the probe's round trips:
+median, the largest five and the maximum, which is how long the event loop was blocked.
+A fresh broker per round; `--oncelog-rev` runs it from `git archive REV` (bench/produce_consume).
+"""
+
+from __future__ import annotations
+
+import argparse
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import produce_consume as pc  # bench/ helpers: a commit's snapshot, the machine
+
+VALUE = b"x" * 10240
+API_VERSIONS_V0 = struct.pack(">hhih", 18, 0, 0, -1)  # key, version, correlation id, no client id
+
+
+def _probe(port: int, stop: threading.Event, out: list[float]) -> None:
+    """ApiVersions round trips in ms until `stop`, one every 2 ms."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        request = struct.pack(">i", len(API_VERSIONS_V0)) + API_VERSIONS_V0
+        while not stop.is_set():
+            start = time.perf_counter()
+            sock.sendall(request)
+            (size,) = struct.unpack(">i", _read(sock, 4))
+            _read(sock, size)
+            out.append((time.perf_counter() - start) * 1000)
+            time.sleep(0.002)
+
+
+def _read(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("the broker closed the probe's connection")
+        data += chunk
+    return data
+
+
+def one_round(gib: float) -> list[float]:
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from tests.broker_process import BrokerProcess
+
+    with tempfile.TemporaryDirectory(prefix="delete-stall-") as data:
+        broker = BrokerProcess(Path(data)).start()
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.create_topics([NewTopic("big", 1, 1)])["big"].result(30)
+            producer = Producer(
+                {"bootstrap.servers": broker.bootstrap, "linger.ms": 20, "batch.size": 1000000}
+            )
+            for _ in range(int(gib * (1 << 30)) // len(VALUE)):
+                while True:
+                    try:
+                        producer.produce("big", VALUE)
+                        break
+                    except BufferError:
+                        producer.poll(0.01)
+            if producer.flush(300):
+                raise RuntimeError("messages left unacknowledged")
+            del producer
+            stop = threading.Event()
+            rtts: list[float] = []
+            port = int(broker.bootstrap.rsplit(":", 1)[1])
+            prober = threading.Thread(target=_probe, args=(port, stop, rtts))
+            prober.start()
+            time.sleep(1)
+            admin.delete_topics(["big"])["big"].result(30)
+            time.sleep(3)
+            stop.set()
+            prober.join()
+            del admin
+            return rtts
+        finally:
+            broker.stop()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--gib", type=float, default=2.0, help="GiB written before the delete")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--oncelog-rev", help="run the broker from `git archive REV`")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="delete-stall-src-") as root:
+        if args.oncelog_rev:
+            pc._use_snapshot(args.oncelog_rev, Path(root) / "oncelog-src")
+        sys.path.insert(0, str(pc.REPO))
+        machine = pc.machine_info(args.oncelog_rev)
+        print(f"oncelog {args.oncelog_rev or 'work tree'}, {args.gib} GiB, machine {machine}")
+        for i in range(args.rounds):
+            rtts = sorted(one_round(args.gib))
+            top = " ".join(f"{x:.1f}" for x in rtts[-5:])
+            print(
+                f"round {i + 1}: {len(rtts)} probes, p50 {rtts[len(rtts) // 2]:.2f} ms, "
+                f"largest {top} ms"
+            )
+
+
+if __name__ == "__main__":
+    main()
