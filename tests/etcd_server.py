@@ -26,6 +26,18 @@ from types import TracebackType
 import pytest
 
 
+def _all_threads_stopped(pid: int) -> bool:
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{task}/stat") as stat:
+                state = stat.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:  # the thread ended
+            continue
+        if state not in ("T", "t"):
+            return False
+    return True
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -122,8 +134,14 @@ class EtcdServer:
             proc.wait()
 
     def pause(self) -> None:
+        """SIGSTOP, then wait until every thread has stopped: on a busy machine a running etcd
+        goes on answering for several milliseconds after the signal is sent."""
         assert self.proc is not None, "etcd is not running"
         os.kill(self.proc.pid, signal.SIGSTOP)
+        deadline = time.monotonic() + 10
+        while not _all_threads_stopped(self.proc.pid):
+            assert time.monotonic() < deadline, "etcd did not stop within 10 s of SIGSTOP"
+            time.sleep(0.001)
 
     def resume(self) -> None:
         assert self.proc is not None, "etcd is not running"
