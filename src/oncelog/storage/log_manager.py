@@ -31,7 +31,12 @@ from pathlib import Path
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
-from oncelog.storage.partition_log import PartitionLog, ProducerSettings, RecoveryCheckpoint
+from oncelog.storage.partition_log import (
+    PartitionLog,
+    ProducerSettings,
+    RecoveryCheckpoint,
+    remove_paths,
+)
 from oncelog.storage.replication_checkpoint import (
     REPLICATION_CHECKPOINT_FILE,
     read_offsets,
@@ -164,6 +169,12 @@ class LogManager:
         #: `remove_deleted` (a worker's).
         self._deleted: deque[Path] = deque()
 
+    def _hook(self, plog: PartitionLog) -> None:
+        """Route a log's fsyncs, rolls and deleted files through this manager."""
+        plog.flush_hook = self._flush
+        plog.roll_hook = self._rolled
+        plog.discard_hook = self._discard
+
     def _flush(self, flush: Callable[[], None]) -> None:
         self.flush_hook(flush)
 
@@ -208,9 +219,7 @@ class LogManager:
                     high_watermark=high_watermarks.get(tp),
                 )
                 self.logs[tp].cleaner_checkpoint = cleaned.get(tp, 0)
-                self.logs[tp].flush_hook = self._flush
-                self.logs[tp].roll_hook = self._rolled
-                self.logs[tp].discard_hook = self._discard
+                self._hook(self.logs[tp])
                 self._dir_of[tp] = log_dir
             if clean:
                 marker.unlink(missing_ok=True)
@@ -246,9 +255,7 @@ class LogManager:
             producers=self.producers,
             replicated=self.replication if replicated is None else replicated,
         )
-        plog.flush_hook = self._flush
-        plog.roll_hook = self._rolled
-        plog.discard_hook = self._discard
+        self._hook(plog)
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir
         return plog
@@ -272,9 +279,7 @@ class LogManager:
             high_watermark=plog.high_watermark,
         )
         fresh.cleaner_checkpoint = plog.cleaner_checkpoint
-        fresh.flush_hook = self._flush
-        fresh.roll_hook = self._rolled
-        fresh.discard_hook = self._discard
+        self._hook(fresh)
         self.logs[tp] = fresh
         return fresh
 
@@ -283,9 +288,7 @@ class LogManager:
         plog = self.logs.pop(tp, None)
         self._dir_of.pop(tp, None)
         if plog is not None:
-            retired = plog.delete()
-            if retired is not None:
-                self._deleted.append(retired)
+            plog.delete()
 
     @property
     def deleting(self) -> bool:
@@ -298,15 +301,7 @@ class LogManager:
     def remove_deleted(self) -> int:
         """Remove the files of deleted segments and partitions (for a worker thread: the
         unlinks of a big segment take the kernel a while); how many paths went."""
-        removed = 0
-        while self._deleted:
-            path = self._deleted.popleft()
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
-            removed += 1
-        return removed
+        return remove_paths(self._deleted.popleft() for _ in range(len(self._deleted)))
 
     def partitions(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))

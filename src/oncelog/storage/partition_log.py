@@ -19,6 +19,7 @@ import bisect
 import contextlib
 import itertools
 import logging
+import shutil
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -199,13 +200,13 @@ class PartitionLog:
         self._high_watermark = 0
         """The stored high watermark; used only when `_replicated`."""
         self.flush_hook: Callable[[Callable[[], None]], None] = _run
-        self.roll_hook: Callable[[], None] = _no_roll_hook
-        """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""
-        self.discard_hook: Callable[[list[Path]], None] = _unlink_all
-        """Takes the renamed files of each deleted segment to remove (at once by default;
-        the log manager's worker does it for the broker)."""
         """Runs each segment fsync given to it (the broker's metrics time them; storage
         reads no clock). May be called from a worker thread."""
+        self.roll_hook: Callable[[], None] = _no_roll_hook
+        """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""
+        self.discard_hook: Callable[[list[Path]], object] = remove_paths
+        """Takes the renamed files of deleted segments and the renamed directory of a deleted
+        log to remove (at once by default; the log manager's worker does it for the broker)."""
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -1469,12 +1470,11 @@ class PartitionLog:
         for segment in self.segments:
             segment.close()
 
-    def delete(self) -> Path | None:
-        """Close the log and rename its directory to `<dir>.<uuid>-delete` (Kafka's name),
-        returned for the caller to remove off the event loop: unlinking gigabytes of segments
-        takes the kernel a while, and a crash half way leaves a name no load takes for a
-        partition (a topic created again under the same name starts empty). None when the
-        directory is gone already."""
+    def delete(self) -> None:
+        """Close the log and rename its directory to `<dir>.<uuid>-delete` (Kafka's name) for
+        `discard_hook` to remove: unlinking gigabytes of segments takes the kernel a while,
+        too long for the event loop, and a crash half way leaves a name no load takes for a
+        partition (a topic created again under the same name starts empty)."""
         self.leader_epoch_cache.close()
         with self._snapshot_lock:
             self._generation += 1
@@ -1484,9 +1484,9 @@ class PartitionLog:
         retired = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
         try:
             self.directory.rename(retired)
-        except FileNotFoundError:
-            return None
-        return retired
+        except FileNotFoundError:  # gone already
+            return
+        self.discard_hook([retired])
 
 
 def _no_crash(step: str) -> None:
@@ -1497,9 +1497,16 @@ def _no_roll_hook() -> None:
     return None
 
 
-def _unlink_all(paths: list[Path]) -> None:
+def remove_paths(paths: Iterable[Path]) -> int:
+    """Remove files and directory trees (missing ones are fine); how many paths went."""
+    removed = 0
     for path in paths:
-        path.unlink(missing_ok=True)
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed += 1
+    return removed
 
 
 def _run(flush: Callable[[], None]) -> None:
