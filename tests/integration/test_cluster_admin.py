@@ -373,7 +373,8 @@ def test_cluster_describe_fails_in_one_line_without_a_broker() -> None:
 
 @pytest.mark.timeout(60)
 def test_single_node_admin(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "single").start()
+    # Deleted files wait log.segment.delete.delay.ms (60 s by default) before they go.
+    broker = BrokerProcess(tmp_path / "single", {"log.segment.delete.delay.ms": "2000"}).start()
     try:
         from confluent_kafka.admin import AdminClient
 
@@ -397,8 +398,11 @@ def test_single_node_admin(tmp_path: Path) -> None:
         admin.delete_topics(["solo"])["solo"].result(15)
         data = tmp_path / "single"
         assert not (data / "solo-0").exists()
-        # Renamed at once to solo-N.<uuid>-delete; a worker removes those within a second.
-        deadline = time.monotonic() + 10
+        # Renamed at once to solo-N.<uuid>-delete; a worker removes those once the delay
+        # has passed (the broker's 1 s job: within about 3 s).
+        renamed = sorted(p.name for p in data.iterdir() if p.name.startswith("solo-"))
+        assert len(renamed) == 3 and all(n.endswith("-delete") for n in renamed), renamed
+        deadline = time.monotonic() + 12
         while any(p.name.startswith("solo-") for p in data.iterdir()):
             assert time.monotonic() < deadline, sorted(p.name for p in data.iterdir())
             time.sleep(0.1)

@@ -94,6 +94,29 @@ def test_keeps_latest_value_per_key_and_offsets(tmp_path: Path, clock: ManualClo
     assert consume(reloaded, read_committed=False) == after
 
 
+def test_replaced_segments_are_renamed_and_left_to_the_discard_hook(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The swap renames the segments it replaced to `.deleted` and hands them over with the
+    log's `file.delete.delay.ms`: their unlinks run in the broker's worker, not on the loop
+    that swaps."""
+    plog = open_log(tmp_path, replace(COMPACT, file_delete_delay_ms=1234), clock)
+    handed: list[tuple[list[Path], int]] = []
+    plog.discard_hook = lambda paths, delay_ms: handed.append((paths, delay_ms))
+    for n in range(40):
+        send_plain(plog, [(k(n % 5), v(n % 5, n))])
+    bases = [s.base_offset for s in plog.segments[:-1]]
+    assert cleaner(clock).clean_now(plog) is not None
+    assert handed and {delay for _, delay in handed} == {1234}
+    paths = [path for group, _ in handed for path in group]
+    assert paths and all(path.name.endswith(".deleted") and path.exists() for path in paths)
+    assert {int(path.name[:20]) for path in paths if path.name.endswith(".log.deleted")} == set(
+        bases
+    )
+    assert consume(reopen(plog, clean=True), read_committed=False)  # a load removes them
+    assert not any(path.exists() for path in paths)
+
+
 def test_tombstones_go_after_delete_retention(tmp_path: Path, clock: ManualClock) -> None:
     plog = open_log(tmp_path, COMPACT, clock)
     for n in range(12):

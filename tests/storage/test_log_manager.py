@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -312,14 +313,24 @@ def _deleted_dirs(log_dir: Path) -> list[str]:
     return sorted(p.name for p in log_dir.iterdir() if p.name.endswith("-delete"))
 
 
+def _clock(manager: LogManager) -> ManualClock:
+    assert isinstance(manager.clock, ManualClock)
+    return manager.clock
+
+
 def test_a_deleted_partition_is_renamed_at_once_and_its_files_go_later(tmp_path: Path) -> None:
     """As Kafka does: the directory becomes `<dir>.<uuid>-delete` (a rename, quick on the
-    event loop) and the unlinks of its segments come from `remove_deleted` (a worker's)."""
+    event loop) and the unlinks of its segments come from `remove_deleted` (a worker's),
+    once `file.delete.delay.ms` (60 s by default) has passed."""
     manager = _populated(tmp_path)
     manager.delete(B0)
     assert manager.get(B0) is None and not (tmp_path / "b.x-y-0").exists()
     (retired,) = _deleted_dirs(tmp_path)
     assert retired.startswith("b.x-y-0.") and list((tmp_path / retired).glob("*.log"))
+    _clock(manager).advance(CONFIG.file_delete_delay_ms - 1)
+    assert not manager.deleting and manager.remove_deleted() == 0
+    assert _deleted_dirs(tmp_path) == [retired]
+    _clock(manager).advance(1)
     assert manager.deleting
     assert manager.remove_deleted() == 1
     assert _deleted_dirs(tmp_path) == [] and not manager.deleting
@@ -347,17 +358,21 @@ def test_files_of_a_partition_deleted_before_a_stop_go_at_the_next_start(tmp_pat
 
 def test_segments_deleted_by_retention_are_renamed_then_removed(tmp_path: Path) -> None:
     """Retention (and truncation, DeleteRecords) renames a segment's files to `.deleted` at
-    once; `remove_deleted` unlinks them, and a load removes any a crash left."""
+    once; `remove_deleted` unlinks them after the topic's `file.delete.delay.ms`, and a
+    load removes any a crash left."""
     manager = _populated(tmp_path)
     plog = manager.get(A0)
     assert plog is not None and [s.base_offset for s in plog.segments] == [0, 3]
+    plog.config = replace(CONFIG, file_delete_delay_ms=500)  # a topic's own setting
     plog.delete_records_before(4)
     assert [s.base_offset for s in plog.segments] == [3]
     directory = tmp_path / "a-0"
     names = sorted(p.name for p in directory.iterdir() if p.name.startswith("0000"))
     first = "00000000000000000000"
     assert f"{first}.log" not in names and f"{first}.log.deleted" in names
-    assert f"{first}.index.deleted" in names and manager.deleting
+    assert f"{first}.index.deleted" in names and not manager.deleting
+    _clock(manager).advance(500)
+    assert manager.deleting
     assert manager.remove_deleted() == 3  # .log, .index, .timeindex (no .txnindex here)
     assert not list(directory.glob("*.deleted")) and not manager.deleting
     (directory / f"{first}.log.deleted").write_bytes(b"left by a crash")

@@ -23,7 +23,6 @@ import os
 import re
 import shutil
 import threading
-from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from oncelog.storage.partition_log import (
     ProducerSettings,
     RecoveryCheckpoint,
     remove_paths,
+    retire_directory,
 )
 from oncelog.storage.replication_checkpoint import (
     REPLICATION_CHECKPOINT_FILE,
@@ -165,9 +165,10 @@ class LogManager:
         #: Called when a partition rolled a segment (on whatever thread appended): the
         #: broker then runs `flush_rolled` in a worker soon, not only on its 1 s timer.
         self.roll_hook: Callable[[], None] = _nothing
-        #: Renamed files of deleted segments and directories of deleted partitions, for
-        #: `remove_deleted` (a worker's).
-        self._deleted: deque[Path] = deque()
+        #: Renamed files of deleted segments and directories of deleted partitions, with
+        #: when they are due (monotonic ms), for `remove_deleted` (a worker's).
+        self._deleted: list[tuple[int, Path]] = []
+        self._deleted_lock = threading.Lock()
 
     def _hook(self, plog: PartitionLog) -> None:
         """Route a log's fsyncs, rolls and deleted files through this manager."""
@@ -242,9 +243,10 @@ class LogManager:
         # no longer in the metadata (e.g. a stop in the middle of its deletion): a new topic
         # of that name must not inherit its records, nor have two directories next startup.
         for stray in (d / str(tp) for d in self.log_dirs):
-            if stray.exists():
+            retired = retire_directory(stray)
+            if retired is not None:
                 log.warning("deleting stray partition directory %s", stray)
-                shutil.rmtree(stray)
+                self._discard([retired], 0)
         log_dir = min(self.log_dirs, key=lambda d: sum(1 for v in self._dir_of.values() if v == d))
         plog = PartitionLog.load(
             log_dir / str(tp),
@@ -292,16 +294,24 @@ class LogManager:
 
     @property
     def deleting(self) -> bool:
-        """Whether files of deleted segments or partitions wait for `remove_deleted`."""
-        return bool(self._deleted)
+        """Whether files of deleted segments or partitions are due for `remove_deleted`."""
+        now = self.clock.monotonic_ms()
+        return any(due <= now for due, _ in self._deleted)
 
-    def _discard(self, paths: list[Path]) -> None:
-        self._deleted.extend(paths)
+    def _discard(self, paths: list[Path], delay_ms: int) -> None:
+        due = self.clock.monotonic_ms() + delay_ms
+        with self._deleted_lock:
+            self._deleted.extend((due, path) for path in paths)
 
     def remove_deleted(self) -> int:
-        """Remove the files of deleted segments and partitions (for a worker thread: the
-        unlinks of a big segment take the kernel a while); how many paths went."""
-        return remove_paths(self._deleted.popleft() for _ in range(len(self._deleted)))
+        """Remove the files of deleted segments and partitions whose `file.delete.delay.ms`
+        has passed (for a worker thread: the unlinks of a big segment take the kernel a
+        while); how many paths went."""
+        now = self.clock.monotonic_ms()
+        with self._deleted_lock:
+            due = [path for when, path in self._deleted if when <= now]
+            self._deleted = [(when, path) for when, path in self._deleted if when > now]
+        return remove_paths(due)
 
     def partitions(self) -> Iterator[tuple[TopicPartition, PartitionLog]]:
         return iter(list(self.logs.items()))

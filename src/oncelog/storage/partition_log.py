@@ -204,9 +204,11 @@ class PartitionLog:
         reads no clock). May be called from a worker thread."""
         self.roll_hook: Callable[[], None] = _no_roll_hook
         """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""
-        self.discard_hook: Callable[[list[Path]], object] = remove_paths
+        self.discard_hook: Callable[[list[Path], int], object] = _remove_now
         """Takes the renamed files of deleted segments and the renamed directory of a deleted
-        log to remove (at once by default; the log manager's worker does it for the broker)."""
+        log to remove after the given delay, the log's `file.delete.delay.ms` (at once by
+        default; the log manager's worker does it for the broker, as Kafka's scheduler does:
+        the delay leaves in-flight reads of a deleted segment their files)."""
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -246,7 +248,7 @@ class PartitionLog:
             segment = LogSegment(directory, base, config.index_interval_bytes)
             if truncated or (plog.segments and base < plog.segments[-1].next_offset):
                 log.warning("%s: deleting segment %d after a recovered tail", tp, base)
-                plog.discard_hook(segment.delete())
+                plog._discard(segment.delete())
                 continue
             recover = not clean and _segment_may_hold(base, bases, recovery_point)
             result = segment.load(recover=recover)
@@ -890,7 +892,7 @@ class PartitionLog:
             # An empty segment far below a batch after a gap: its index could not hold it.
             self.segments.pop()
             self._bases.pop()
-            self.discard_hook(seg.delete())
+            self._discard(seg.delete())
             self._add_segment(self._new_segment(first.base_offset))
             seg = self.active
         base_size = seg.size
@@ -940,7 +942,7 @@ class PartitionLog:
         with self._snapshot_lock:
             self._generation += 1
             for segment in self.segments:
-                self.discard_hook(segment.delete())
+                self._discard(segment.delete())
             self.segments = []
             self._bases = []
             self._rolled_unflushed = []
@@ -1286,7 +1288,7 @@ class PartitionLog:
         self._bases.pop(0)
         if segment in self._rolled_unflushed:
             self._rolled_unflushed.remove(segment)
-        self.discard_hook(segment.delete())
+        self._discard(segment.delete())
         self.log_start_offset = max(self.log_start_offset, self.segments[0].base_offset)
         self._epochs_from_start()
 
@@ -1419,7 +1421,7 @@ class PartitionLog:
                 segment.close()
                 if segment in self._rolled_unflushed:
                     self._rolled_unflushed.remove(segment)
-            swap.swap_in(self.directory, base, old_bases, crash or _no_crash)
+            self._discard(swap.swap_in(self.directory, base, old_bases, crash or _no_crash))
             new = LogSegment(self.directory, base, self.config.index_interval_bytes)
             new.load(recover=False)
             new.created_ms = old[0].created_ms
@@ -1446,7 +1448,7 @@ class PartitionLog:
             while len(self.segments) > 1 and self.segments[-1].base_offset >= offset:
                 segment = self.segments.pop()
                 self._bases.pop()
-                self.discard_hook(segment.delete())
+                self._discard(segment.delete())
             self.active.truncate_to(offset)
             self.log_start_offset = min(self.log_start_offset, self.log_end_offset)
             self.rebuild_producer_state()  # deletes the snapshots beyond the new end
@@ -1470,6 +1472,9 @@ class PartitionLog:
         for segment in self.segments:
             segment.close()
 
+    def _discard(self, paths: list[Path]) -> None:
+        self.discard_hook(paths, self.config.file_delete_delay_ms)
+
     def delete(self) -> None:
         """Close the log and rename its directory to `<dir>.<uuid>-delete` (Kafka's name) for
         `discard_hook` to remove: unlinking gigabytes of segments takes the kernel a while,
@@ -1481,12 +1486,20 @@ class PartitionLog:
         self.producer_state.clear()
         for segment in self.segments:
             segment.close()
-        retired = self.directory.with_name(f"{self.directory.name}.{uuid.uuid4().hex}-delete")
-        try:
-            self.directory.rename(retired)
-        except FileNotFoundError:  # gone already
-            return
-        self.discard_hook([retired])
+        retired = retire_directory(self.directory)
+        if retired is not None:
+            self._discard([retired])
+
+
+def retire_directory(directory: Path) -> Path | None:
+    """Rename a partition directory to `<dir>.<uuid>-delete` (Kafka's name), which no load
+    takes for a partition; the new path, or None if there was no directory."""
+    retired = directory.with_name(f"{directory.name}.{uuid.uuid4().hex}-delete")
+    try:
+        directory.rename(retired)
+    except FileNotFoundError:
+        return None
+    return retired
 
 
 def _no_crash(step: str) -> None:
@@ -1507,6 +1520,10 @@ def remove_paths(paths: Iterable[Path]) -> int:
             path.unlink(missing_ok=True)
         removed += 1
     return removed
+
+
+def _remove_now(paths: list[Path], _delay_ms: int) -> int:
+    return remove_paths(paths)
 
 
 def _run(flush: Callable[[], None]) -> None:

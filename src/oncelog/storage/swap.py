@@ -5,7 +5,9 @@ Kafka's suffixes: the cleaner writes `<base>.log.cleaned` (and `.index.cleaned`,
 
 1. `<base>.log.cleaned` -> `<base>.log.swap`: the commit point (indexes follow it);
 2. the old segments are deleted, each `.log` first, so a `.log` that survives a crash
-   always has its own indexes (index files without a `.log` are strays and removed);
+   always has its own indexes (index files without a `.log` are strays and removed): their
+   files are renamed to `<name>.deleted`, removed later off the event loop, as other
+   deleted segments are (a load removes any left);
 3. `<base>.log.swap` -> `<base>.log` first, then the index `.swap` files.
 
 `recover` (at load, before segments are read) finishes or forgets an interrupted swap:
@@ -26,6 +28,7 @@ from pathlib import Path
 
 from oncelog.fileio import fsync_dir
 from oncelog.protocol.records.batch import HEADER_SIZE, MIN_BATCH_LENGTH, parse_header
+from oncelog.storage.segment import DELETED_SUFFIX
 
 CLEANED = ".cleaned"
 SWAP = ".swap"
@@ -63,6 +66,19 @@ def _delete_segment(directory: Path, base: int) -> None:
             (directory / _name(base, kind)).unlink()
 
 
+def _retire_segment(directory: Path, base: int) -> list[Path]:
+    """Rename a replaced segment's files to `<name>.deleted` for the caller to remove later
+    (a load removes any it finds), the `.log` first as in `_delete_segment`."""
+    retired = []
+    for kind in (LOG, *INDEXES):
+        path = directory / _name(base, kind)
+        target = path.with_name(path.name + DELETED_SUFFIX)
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(path, target)
+            retired.append(target)
+    return retired
+
+
 def _rename_if_present(src: Path, dst: Path) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.replace(src, dst)
@@ -70,8 +86,10 @@ def _rename_if_present(src: Path, dst: Path) -> None:
 
 def swap_in(
     directory: Path, base: int, old_bases: Iterable[int], crash: CrashHook = _no_crash
-) -> None:
-    """Replace the segments `old_bases` by the cleaned segment `base` on disk (steps 1-3)."""
+) -> list[Path]:
+    """Replace the segments `old_bases` by the cleaned segment `base` on disk (steps 1-3);
+    the old segments' files are renamed to `.deleted` and returned, for the caller to
+    remove off the event loop."""
     os.replace(directory / _name(base, LOG, CLEANED), directory / _name(base, LOG, SWAP))
     crash("log-swap")
     for kind in INDEXES:
@@ -80,8 +98,9 @@ def swap_in(
         )
     fsync_dir(directory)
     crash("indexes-swap")
+    retired = []
     for old in old_bases:
-        _delete_segment(directory, old)
+        retired += _retire_segment(directory, old)
         crash("deleted-old")
     fsync_dir(directory)
     os.replace(directory / _name(base, LOG, SWAP), directory / _name(base, LOG))
@@ -90,6 +109,7 @@ def swap_in(
         _rename_if_present(directory / _name(base, kind, SWAP), directory / _name(base, kind))
     fsync_dir(directory)
     crash("done")
+    return retired
 
 
 def _base_of(name: str, suffix: str) -> int | None:
