@@ -495,7 +495,10 @@ class BrokerServer:
             except Exception as exc:
                 self.replicas.clean_failed(job, exc)
                 return
-            self.replicas.finish_clean(plog, job, result)
+            if self.replicas.finish_clean(plog, job, result, checkpoint=False):
+                logs = self.replicas.logs
+                files = logs.checkpoint_contents()
+                await loop.run_in_executor(None, logs.write_changed_files, files)
 
     def _stop_cleaner(self) -> None:
         """Stop the worker now: a round in progress only wrote `.cleaned` files, which the
