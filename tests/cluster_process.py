@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from oncelog.protocol.records.batch import iter_batches
 from tests.broker_process import BrokerProcess
-from tests.etcd_server import EtcdServer
+from tests.etcd_server import EtcdServer, sigstop
 from tests.integration.rawclient import METADATA, Closed, RawClient, metadata_body
 
 #: Short timeouts so failures are seen in seconds, not Kafka's tens of seconds.
@@ -113,7 +113,7 @@ class Cluster:
         for node_id in node_ids:
             proc = self.brokers[node_id].proc
             assert proc is not None and proc.poll() is None, f"broker {node_id} is not running"
-            os.kill(proc.pid, signal.SIGSTOP)
+            sigstop(proc.pid, f"broker {node_id}")
 
     def resume(self, *node_ids: int) -> None:
         for node_id in node_ids:

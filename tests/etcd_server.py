@@ -26,6 +26,16 @@ from types import TracebackType
 import pytest
 
 
+def sigstop(pid: int, what: str) -> None:
+    """SIGSTOP, then wait until every thread of `pid` has stopped: on a busy machine a
+    running process goes on answering for several milliseconds after the signal is sent."""
+    os.kill(pid, signal.SIGSTOP)
+    deadline = time.monotonic() + 10
+    while not _all_threads_stopped(pid):
+        assert time.monotonic() < deadline, f"{what} did not stop within 10 s of SIGSTOP"
+        time.sleep(0.001)
+
+
 def _all_threads_stopped(pid: int) -> bool:
     for task in os.listdir(f"/proc/{pid}/task"):
         try:
@@ -134,14 +144,8 @@ class EtcdServer:
             proc.wait()
 
     def pause(self) -> None:
-        """SIGSTOP, then wait until every thread has stopped: on a busy machine a running etcd
-        goes on answering for several milliseconds after the signal is sent."""
         assert self.proc is not None, "etcd is not running"
-        os.kill(self.proc.pid, signal.SIGSTOP)
-        deadline = time.monotonic() + 10
-        while not _all_threads_stopped(self.proc.pid):
-            assert time.monotonic() < deadline, "etcd did not stop within 10 s of SIGSTOP"
-            time.sleep(0.001)
+        sigstop(self.proc.pid, "etcd")
 
     def resume(self) -> None:
         assert self.proc is not None, "etcd is not running"
