@@ -208,6 +208,7 @@ def test_second_producer_fences_the_first(tbroker: BrokerProcess) -> None:
     with pytest.raises(KafkaException) as raised:
         first.commit_transaction(30)
     assert error_code(raised.value) in FENCING_ERRORS
+    del raised  # its traceback holds this frame, and with it the clients, until a GC
     second.begin_transaction()
     second.produce("tx-fence", b"live")
     second.commit_transaction(30)
@@ -267,6 +268,7 @@ def test_transaction_timeout_aborts_and_fences(broker_factory: type[BrokerProces
     code = error_code(raised.value)
     assert code in FENCING_ERRORS, raised.value
     assert code != KafkaError.INVALID_TXN_STATE
+    del raised  # its traceback holds this frame, and with it the clients, until a GC
 
 
 # -- crash between Prepare* and the markers --------------------------------------------------
@@ -432,6 +434,7 @@ def test_zombie_txn_offset_commit_with_old_generation_is_refused(tbroker: Broker
     with pytest.raises(KafkaException) as raised:
         p.send_offsets_to_transaction([TopicPartition("tx-zombie", 0, 5)], stale, 30)
     assert error_code(raised.value) == KafkaError.ILLEGAL_GENERATION, raised.value
+    del raised  # its traceback holds this frame, and with it the clients, until a GC
     a.close()
     b.close()
     assert _committed(bs, "tx-zombie", 2, group) == [-1001, -1001]
