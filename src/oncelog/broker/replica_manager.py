@@ -646,29 +646,24 @@ class ReplicaManager:
             return None
         return self.cleaner.grab_filthiest(plog for _, plog in self.logs.partitions())
 
-    def finish_clean(
-        self, plog: PartitionLog, job: CleanJob, result: CleanResult, *, checkpoint: bool = True
-    ) -> bool:
+    def finish_clean(self, plog: PartitionLog, job: CleanJob, result: CleanResult) -> bool:
         """Swap a finished round in, unless its partition was deleted or replaced meanwhile;
-        whether it was. With `checkpoint` the checkpoint files (the cleaner's offset) follow
-        at once; the broker passes False and writes them in a worker, as after retention (a
-        crash before they are written only makes the next round clean the same range again).
+        whether it was. The caller writes the checkpoint files (the cleaner's offset) then,
+        in a worker as after retention (a crash before they are written only makes the next
+        round clean the same range again).
 
         A swap that fails half-way (a disk error) leaves the files for the next load to
         complete; the partition is reloaded from them now, as a start would.
         """
         current = self.logs.get(job.tp)
         try:
-            swapped = self.cleaner.finish(current if current is plog else None, job, result)
+            return self.cleaner.finish(current if current is plog else None, job, result)
         except OSError as exc:
             log.error(
                 "%s: swapping cleaned segments failed: %s; reloading the partition", job.tp, exc
             )
             self.logs.reload(job.tp)
             return False
-        if swapped and checkpoint:
-            self.logs.checkpoint()
-        return swapped
 
     def clean_failed(self, job: CleanJob, exc: BaseException) -> None:
         self.cleaner.failed(job, exc)

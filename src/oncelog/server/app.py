@@ -440,8 +440,7 @@ class BrokerServer:
         deleted = logs.apply_retention(checkpoint=False)
         if deleted:
             log.info("retention deleted %d segments", deleted)
-            files = logs.checkpoint_contents()
-            await asyncio.get_running_loop().run_in_executor(None, logs.write_changed_files, files)
+            await self._write_checkpoint_files()
 
     async def _flush(self) -> None:
         await self._flush_rolled()
@@ -495,10 +494,8 @@ class BrokerServer:
             except Exception as exc:
                 self.replicas.clean_failed(job, exc)
                 return
-            if self.replicas.finish_clean(plog, job, result, checkpoint=False):
-                logs = self.replicas.logs
-                files = logs.checkpoint_contents()
-                await loop.run_in_executor(None, logs.write_changed_files, files)
+            if self.replicas.finish_clean(plog, job, result):
+                await self._write_checkpoint_files()
 
     def _stop_cleaner(self) -> None:
         """Stop the worker now: a round in progress only wrote `.cleaned` files, which the
@@ -528,7 +525,14 @@ class BrokerServer:
         if pending:
             await loop.run_in_executor(None, logs.write_checkpoints, pending)
         logs.finish_checkpoints(pending)
-        await loop.run_in_executor(None, logs.write_changed_files, logs.checkpoint_contents())
+        await self._write_checkpoint_files()
+
+    async def _write_checkpoint_files(self) -> None:
+        """The offset checkpoint files, noted here (where the offsets change) and those that
+        changed written in a worker (two fsyncs a file)."""
+        logs = self.replicas.logs
+        files = logs.checkpoint_contents()
+        await asyncio.get_running_loop().run_in_executor(None, logs.write_changed_files, files)
 
     async def _close_idle(self) -> None:
         now = self.clock.monotonic_ms()

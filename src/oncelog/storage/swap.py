@@ -59,19 +59,23 @@ def discard_cleaned(directory: Path, bases: Iterable[int]) -> None:
                 path.unlink()
 
 
+def _segment_files(directory: Path, base: int) -> list[Path]:
+    """A segment's files in the order they are deleted, the `.log` first: a crash part-way
+    leaves stray indexes, never an index-less log."""
+    return [directory / _name(base, kind) for kind in (LOG, *INDEXES)]
+
+
 def _delete_segment(directory: Path, base: int) -> None:
-    """The `.log` first: a crash afterwards leaves stray indexes, never an index-less log."""
-    for kind in (LOG, *INDEXES):
+    for path in _segment_files(directory, base):
         with contextlib.suppress(FileNotFoundError):
-            (directory / _name(base, kind)).unlink()
+            path.unlink()
 
 
 def _retire_segment(directory: Path, base: int) -> list[Path]:
     """Rename a replaced segment's files to `<name>.deleted` for the caller to remove later
-    (a load removes any it finds), the `.log` first as in `_delete_segment`."""
+    (a load removes any it finds)."""
     retired = []
-    for kind in (LOG, *INDEXES):
-        path = directory / _name(base, kind)
+    for path in _segment_files(directory, base):
         target = path.with_name(path.name + DELETED_SUFFIX)
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, target)
