@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from oncelog.clock import ManualClock
 from oncelog.config import LogConfig
+from oncelog.protocol.records.speedups import speedups
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.types import TopicPartition
 from tests.storage.util import (
@@ -197,3 +199,54 @@ def test_segment_without_timestamps_rolls_by_creation_time(tmp_path: Path) -> No
     clock.advance(600)
     append(plog, [b"c"], timestamp=-1)
     assert [s.base_offset for s in plog.segments] == [0, 2]
+
+
+def _allocated(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_large_writes_reserve_blocks_ahead_and_a_roll_gives_them_back(tmp_path: Path) -> None:
+    """A segment written in large batches holds the next 4 MiB allocated past its end (sizes
+    unchanged); the roll, a truncation and a close give what is left back."""
+    big = [b"v" * 1000] * 40  # one 40 KB batch: above the 16 KiB that reserves
+    plog = open_log(tmp_path, LogConfig(segment_bytes=10 * len(make_batch(big))))
+    first = plog.directory / "00000000000000000000.log"
+    append(plog, big)
+    size = plog.active.size
+    assert first.stat().st_size == size
+    assert _allocated(first) >= 4 << 20
+    append(plog, [b"x" * 10])  # a small write does not
+    while len(plog.segments) == 1:
+        append(plog, big)
+    rolled = plog.segments[0]
+    assert _allocated(first) < rolled.size + 8192
+    assert batch_offsets(read_all(plog))[-1][1] == plog.log_end_offset - 1
+
+    active = plog.directory / f"{plog.active.base_offset:020d}.log"
+    append(plog, big)
+    assert _allocated(active) > plog.active.size + (1 << 20)
+    plog.truncate_to(plog.active.base_offset + 40)
+    assert _allocated(active) < plog.active.size + 8192
+    append(plog, big)
+    plog.close()
+    assert _allocated(active) < active.stat().st_size + 8192
+
+
+def test_a_reservation_left_by_a_crash_is_given_back_at_the_next_roll(tmp_path: Path) -> None:
+    assert speedups is not None  # the C helper is built wherever the tests run
+    config = LogConfig(segment_bytes=100 * BATCH)
+    plog = open_log(tmp_path, config)
+    append(plog, [b"x" * 10])
+    plog.close(flush=False)
+    first = plog.directory / "00000000000000000000.log"
+    fd = os.open(first, os.O_RDWR)  # what a crash after a large write leaves
+    assert speedups.reserve_blocks(fd, BATCH, 4 << 20)
+    os.close(fd)
+    assert first.stat().st_size == BATCH
+    assert _allocated(first) >= 4 << 20
+    plog = open_log(tmp_path, config)
+    while len(plog.segments) == 1:
+        append(plog, [b"x" * 10])
+    assert _allocated(first) < 100 * BATCH + 8192
+    assert batch_offsets(read_all(plog)) == [(n, n) for n in range(plog.log_end_offset)]
+    plog.close()

@@ -512,6 +512,7 @@ class _Round:
             txns.kept_aborts = []
             for txn in sorted(set(kept_entries), key=lambda t: t.last_offset):
                 out.txn_index.append(txn)
+            out.release_reserve()
             out.flush()
             self.result.bytes_after += out.size
             return CleanedGroup(base, tuple(s.base_offset for s in group), out.size)

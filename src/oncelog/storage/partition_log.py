@@ -1028,6 +1028,7 @@ class PartitionLog:
             return self.active
         old = self.active
         old.write_indexes()
+        old.release_reserve()
         self._rolled_unflushed.append(old)
         self._add_segment(self._new_segment(max(self.log_end_offset, at or 0)))
         # The producer snapshot at the roll is noted here and written by `flush_rolled` (a
@@ -1485,7 +1486,7 @@ class PartitionLog:
             self._generation += 1
         self.producer_state.clear()
         for segment in self.segments:
-            segment.close()
+            segment.close(release=False)
         retired = retire_directory(self.directory)
         if retired is not None:
             self._discard([retired])
