@@ -11,6 +11,7 @@ import functools
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
@@ -259,3 +260,15 @@ def producer_for(broker: BrokerProcess, **extra: object) -> Producer:
     conf: dict[str, object] = {"bootstrap.servers": broker.bootstrap, "acks": "all"}
     conf.update(extra)
     return Producer(conf)
+
+
+def first_values(consumer: Any, n: int) -> list[bytes]:
+    """The first `n` values a kafka-python consumer yields (fewer if its `consumer_timeout_ms`
+    passes without a message), then close it: reading on until the timeout only waits."""
+    got: list[bytes] = []
+    for message in consumer:
+        got.append(message.value)
+        if len(got) == n:
+            break
+    consumer.close()
+    return got

@@ -17,6 +17,7 @@ from confluent_kafka.admin import AdminClient
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError as PyKafkaError
 
+from tests.integration.helpers import first_values
 from tests.integration.secure_broker import SecureBroker, plain_jaas
 
 USERS = {"admin": "admin-secret", "alice": "alice-pw"}
@@ -124,8 +125,7 @@ def test_kafka_python_plain(broker: SecureBroker) -> None:
         auto_offset_reset="earliest",
         consumer_timeout_ms=15000,
     )
-    got = [m.value for m in consumer]
-    consumer.close()
+    got = first_values(consumer, 5)
     assert got[:5] == [b"m%d" % i for i in range(5)]
     refused = broker.log_tail(100000).count(REFUSED)
     with pytest.raises(PyKafkaError) as info:
@@ -134,6 +134,7 @@ def test_kafka_python_plain(broker: SecureBroker) -> None:
             sasl_plain_username="alice",
             sasl_plain_password="nope",
             max_block_ms=5000,
+            bootstrap_timeout_ms=5000,
         )
         bad.send(topic, b"x").get(timeout=5)
     # kafka-python 3 reports only that it could not bootstrap; the broker says why

@@ -25,6 +25,7 @@ from confluent_kafka.admin import (
 from kafka import KafkaConsumer, KafkaProducer
 from kafka.errors import KafkaError as PyKafkaError
 
+from tests.integration.helpers import first_values
 from tests.integration.secure_broker import SecureBroker
 
 LISTENER = "SASL_PLAINTEXT"
@@ -191,14 +192,14 @@ def test_kafka_python_scram(broker: SecureBroker) -> None:
         auto_offset_reset="earliest",
         consumer_timeout_ms=15000,
     )
-    got = [m.value for m in consumer]
-    consumer.close()
+    got = first_values(consumer, 3)
     assert got[:3] == [b"k%d" % i for i in range(3)]
     refused = broker.log_tail(100000).count(REFUSED)
     with pytest.raises(PyKafkaError):
-        KafkaProducer(**common, sasl_plain_password="wrong", max_block_ms=4000).send(
-            topic, b"x"
-        ).get(timeout=4)
+        bad = KafkaProducer(
+            **common, sasl_plain_password="wrong", max_block_ms=4000, bootstrap_timeout_ms=4000
+        )
+        bad.send(topic, b"x").get(timeout=4)
     assert broker.log_tail(100000).count(REFUSED) > refused
 
 

@@ -31,6 +31,7 @@ from oncelog.server.inter_broker import (
     PeerUnavailable,
     inter_broker_security,
 )
+from tests.integration.helpers import first_values
 from tests.integration.rawclient import API_VERSIONS, api_versions_body, request
 from tests.integration.secure_broker import (
     SCRAM_MODULE,
@@ -176,8 +177,7 @@ def test_kafka_python_over_ssl(broker: SecureBroker, certs: Certs) -> None:
     consumer = KafkaConsumer(
         topic, **common, auto_offset_reset="earliest", consumer_timeout_ms=15000
     )
-    got = [m.value for m in consumer]
-    consumer.close()
+    got = first_values(consumer, 3)
     assert got[:3] == [b"p%d" % i for i in range(3)]
 
 
