@@ -44,9 +44,11 @@ REGION_MIN_BYTES = 32 * 1024
 _RECENT_MAX = 256
 #: A deleted segment's files until they are removed (`LogSegment.delete`).
 DELETED_SUFFIX = ".deleted"
-#: Writes this large reserve the file's next `_RESERVE_BYTES` ahead of time (`_reserve`);
-#: a partition written in small batches never holds blocks past its end.
+#: Writes this large reserve room for `_RESERVE_WRITES` more like them, up to
+#: `_RESERVE_BYTES`, ahead of time (`_reserve`); a partition written in small batches never
+#: holds blocks past its end.
 _RESERVE_MIN_WRITE = 16 * 1024
+_RESERVE_WRITES = 16
 _RESERVE_BYTES = 4 << 20
 
 
@@ -286,13 +288,13 @@ class LogSegment:
         self.next_offset = headers[-1][1].next_offset
 
     def _reserve(self, start: int, total: int) -> None:
-        """Allocate the blocks of this write and the next few MiB before writing: on ext4 a
+        """Allocate the blocks of this write and the next ones before writing: on ext4 a
         write into allocated blocks skips the per-block delayed allocation, about a third of
         a large write's kernel time. The size does not change (FALLOC_FL_KEEP_SIZE), so
         readers, recovery and crash safety see the file as before; `release_reserve` gives
         the rest back when the segment stops growing."""
         assert _speedups is not None
-        length = max(total, _RESERVE_BYTES)
+        length = max(total, min(total * _RESERVE_WRITES, _RESERVE_BYTES))
         if _speedups.reserve_blocks(self._fd, start, length):
             self._reserved = start + length
         else:  # a file system without it, or a full one: write as usual, and stop asking
