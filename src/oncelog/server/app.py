@@ -21,6 +21,7 @@ import logging
 import signal
 import socket
 import sys
+import threading
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Protocol
@@ -169,6 +170,7 @@ class BrokerServer:
         self.dispatcher: Dispatcher | None = None
         self._cleaner_pool: ProcessPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread = -1  # the loop's thread once started (`_on_append`)
         self._flushing = asyncio.Lock()
         self._roll_flush: asyncio.Future[None] | None = None
         self._roll_wanted = False
@@ -177,6 +179,7 @@ class BrokerServer:
     async def start(self) -> int:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
         loop = self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         setups = setup_listeners(self.config)  # a bad TLS/SASL setting stops us before the disk
         await loop.run_in_executor(None, self.replicas.startup)
         if self.cluster is None:
@@ -381,9 +384,10 @@ class BrokerServer:
         the handler that appended: a request being handled registers its own wait first, so
         an append made while it is handled (say, a produce its follower fetch released) is
         never missed by it (it would otherwise sleep until replica.fetch.wait.max.ms)."""
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:  # start-up work in a thread: nobody is waiting yet
+        loop = self._loop
+        # Start-up work in a thread: nobody is waiting yet. (A thread check, not
+        # `get_running_loop`, which costs a getpid system call per append.)
+        if loop is None or threading.get_ident() != self._loop_thread:
             self._wake(keys)
             return
         if not self._to_wake:
