@@ -455,3 +455,29 @@ def test_campaign_gives_up_when_its_lease_is_lost(etcd_server: EtcdServer) -> No
             await two.close()
 
     run(main())
+
+
+# -- cancellation ---------------------------------------------------------------------------
+
+
+def test_a_call_cancelled_as_it_completes_is_cancelled() -> None:
+    """A task cancelled in the very step its etcd call completes stops. Python 3.11's
+    `asyncio.wait_for` returned the call's result instead, and a lease's keep-alive task went
+    on refreshing: revoking the lease then waited for it (45 s in the test above, once in 3)."""
+
+    async def main() -> None:
+        store = EtcdStore(parse_etcd_connect("127.0.0.1:1"))  # never connected
+        answer = asyncio.get_running_loop().create_future()
+
+        async def op(_: object) -> int:
+            return int(await answer)
+
+        task = asyncio.create_task(store._call("test", op))
+        await asyncio.sleep(0)  # the call waits for its answer
+        answer.set_result(1)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await store.close()
+
+    run(main(), 10)

@@ -414,7 +414,8 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
                 return  # deleted: our lease expired in etcd's eyes
             self._recompute.clear()
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._recompute.wait(), 1.0)
+                async with asyncio.timeout(1.0):  # not wait_for, which can swallow a cancel
+                    await self._recompute.wait()
             if self._recompute.is_set():
                 self._submit(self.controller.became_controller(_now_ms()))
             else:

@@ -142,7 +142,7 @@ class Lease:
         period = self.ttl_s / 3
         confirmed = time.monotonic()
         try:
-            while True:
+            while not self.lost.is_set():  # set by `_stop`, should its cancellation be lost
                 sent = time.monotonic()
                 try:
                     ttl = await self._store._refresh(self.id, period)
@@ -166,8 +166,9 @@ class Lease:
     async def _stop(self) -> None:
         self.lost.set()
         self._task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self._task
+        # Waits for the task without taking its CancelledError for our own: a cancellation of
+        # the caller meanwhile still reaches the caller.
+        await asyncio.wait([self._task])
 
     async def revoke(self, timeout_s: float | None = None) -> None:
         """Stop refreshing and delete the lease with its keys now (no-op if already gone)."""
@@ -250,7 +251,11 @@ class EtcdStore:
         timeout = self.timeout_s if timeout_s is None else timeout_s
         client = self._client
         try:
-            return await asyncio.wait_for(op(client), timeout)
+            # asyncio.timeout, not wait_for: Python 3.11's wait_for swallows a cancellation
+            # that arrives as the call completes, and a revoke then waited on a keep-alive
+            # task that went on refreshing.
+            async with asyncio.timeout(timeout):
+                return await op(client)
         except TimeoutError as e:
             self._failover(client)
             raise EtcdUnavailable(

@@ -124,8 +124,7 @@ class ReplicaFetcher:
             address = self.address_of(leader_id)
             if not link.following or address is None:
                 kick.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(kick.wait(), self.backoff_s)
+                await _kicked_or_timeout(kick, self.backoff_s)
                 continue
             if channel is None or channel.moved(*address):
                 if channel is not None:
@@ -141,8 +140,7 @@ class ReplicaFetcher:
             try:
                 if not await self._round(channel, leader_id, link):
                     kick.clear()
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(kick.wait(), self.backoff_s)
+                    await _kicked_or_timeout(kick, self.backoff_s)
                 if leader_id in self._errored:
                     self._errored.discard(leader_id)
                     await asyncio.sleep(self.backoff_s)
@@ -362,6 +360,14 @@ _TRUNCATING = FollowerPhase.TRUNCATING
 #: Every partition of a link is looked at again this often, whatever was marked: a
 #: follower's log start moved by retention changes nothing the fetcher sees otherwise.
 SWEEP_S = 1.0
+
+
+async def _kicked_or_timeout(kick: asyncio.Event, timeout_s: float) -> None:
+    """Wait until `kick` is set or `timeout_s` passes. asyncio.timeout, not wait_for: Python
+    3.11's wait_for swallows a cancellation that arrives as the event is set."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await kick.wait()
 
 
 def _monotonic() -> float:
