@@ -130,7 +130,6 @@ class LogSegment:
         result = self._scan(0, validate=True, rebuild=True)
         if result.truncated_bytes:
             self._cut(result.valid_bytes)
-            self.size = result.valid_bytes
         self.txn_index.truncate_from(result.next_offset)
         self.first_batch_timestamp = self._first_timestamp()
         self.write_indexes()
@@ -304,12 +303,13 @@ class LogSegment:
         """Give back the blocks reserved past the end (a roll, a close): a truncation to the
         same size frees them on ext4 and leaves the data alone."""
         if self._reserved > self.size and self._fd >= 0:
-            os.ftruncate(self._fd, self.size)
+            self._cut(self.size)
         self._reserved = 0
 
     def _cut(self, size: int) -> None:
         """Truncate the file to `size`, which also frees any reservation past it."""
         os.ftruncate(self._fd, size)
+        self.size = size
         self._reserved = 0
 
     def _maybe_index(self, header: BatchHeader, position: int) -> None:
@@ -341,7 +341,6 @@ class LogSegment:
             return
         self._forget_recent()
         self._cut(position)
-        self.size = position
         self.index.truncate_to_position(position)
         self.time_index.truncate_to_offset(offset)
         self.txn_index.truncate_from(offset)
