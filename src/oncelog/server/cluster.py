@@ -200,9 +200,13 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
+        if self._tasks:
+            # Waits without taking a task's CancelledError for our own: a cancellation of the
+            # caller meanwhile still reaches the caller (`await task` would swallow it).
+            await asyncio.wait(self._tasks)
         for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            if not task.cancelled() and task.exception() is not None:
+                log.warning("cluster task %s ended with %r", task.get_name(), task.exception())
         await self.fetcher.stop()
         self.verifier.close()
         if self.store is not None:
