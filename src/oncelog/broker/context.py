@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from oncelog.broker.fetch_session import FetchSessionCache
 from oncelog.broker.metrics import BrokerMetrics
@@ -83,8 +83,11 @@ class BrokerContext:
         self.metrics.attach(self)
 
 
-@dataclass(frozen=True, slots=True)
-class RequestContext:
+class RequestContext(NamedTuple):
+    """What a handler knows about its request. A NamedTuple, not a frozen dataclass: one is
+    built per request, and a frozen dataclass's `__init__` sets each field through
+    `object.__setattr__` (about 5x the cost, a measurable share of a one-message Produce)."""
+
     api_key: int
     api_version: int
     correlation_id: int
