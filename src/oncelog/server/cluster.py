@@ -70,6 +70,7 @@ from oncelog.server.inter_broker import inter_broker_security
 from oncelog.server.replica_fetcher import ReplicaFetcher
 from oncelog.server.startup import StartupError
 from oncelog.server.txn_verifier import TxnVerifier
+from oncelog.server.waits import event_or_timeout
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -417,10 +418,7 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
             elif seen:
                 return  # deleted: our lease expired in etcd's eyes
             self._recompute.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):  # not wait_for, which can swallow a cancel
-                    await self._recompute.wait()
-            if self._recompute.is_set():
+            if await event_or_timeout(self._recompute, 1.0):
                 self._submit(self.controller.became_controller(_now_ms()))
             else:
                 self._submit(self.controller.tick(_now_ms()))

@@ -20,7 +20,6 @@ Each loop serves the partitions this broker follows on one leader:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 from collections.abc import Callable
@@ -45,6 +44,7 @@ from oncelog.replication.fetch_session_handler import (
 )
 from oncelog.replication.follower import FollowerPhase, follower_high_watermark, truncation_offset
 from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
+from oncelog.server.waits import event_or_timeout
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ class ReplicaFetcher:
             address = self.address_of(leader_id)
             if not link.following or address is None:
                 kick.clear()
-                await _kicked_or_timeout(kick, self.backoff_s)
+                await event_or_timeout(kick, self.backoff_s)
                 continue
             if channel is None or channel.moved(*address):
                 if channel is not None:
@@ -140,7 +140,7 @@ class ReplicaFetcher:
             try:
                 if not await self._round(channel, leader_id, link):
                     kick.clear()
-                    await _kicked_or_timeout(kick, self.backoff_s)
+                    await event_or_timeout(kick, self.backoff_s)
                 if leader_id in self._errored:
                     self._errored.discard(leader_id)
                     await asyncio.sleep(self.backoff_s)
@@ -360,14 +360,6 @@ _TRUNCATING = FollowerPhase.TRUNCATING
 #: Every partition of a link is looked at again this often, whatever was marked: a
 #: follower's log start moved by retention changes nothing the fetcher sees otherwise.
 SWEEP_S = 1.0
-
-
-async def _kicked_or_timeout(kick: asyncio.Event, timeout_s: float) -> None:
-    """Wait until `kick` is set or `timeout_s` passes. asyncio.timeout, not wait_for: Python
-    3.11's wait_for swallows a cancellation that arrives as the event is set."""
-    with contextlib.suppress(TimeoutError):
-        async with asyncio.timeout(timeout_s):
-            await kick.wait()
 
 
 def _monotonic() -> float:
