@@ -243,6 +243,8 @@ def test_dynamic_broker_configs_apply_persist_and_refuse_static_keys(
     assert describe(admin, "TOPIC", topic)["max.message.bytes"].value == "3000"
 
 
+# The legacy AlterConfigs is what this test is about; confluent-kafka warns on its use.
+@pytest.mark.filterwarnings("ignore:alter_configs has been deprecated:DeprecationWarning")
 def test_legacy_alter_configs_replaces_every_override(
     broker: BrokerProcess, admin: AdminClient
 ) -> None:
