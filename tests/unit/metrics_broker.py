@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,21 @@ FETCH_V = 12
 #: The settings of a broker in a cluster (its replica manager never reaches etcd here: the
 #: tests hand it topics and partition states as etcd's watch would).
 CLUSTERED = {"etcd.connect": "http://127.0.0.1:2379", "node.id": "1"}
+
+
+@contextmanager
+def clustered_replicas(root: Path, node_id: int) -> Iterator[ReplicaManager]:
+    """A started replica manager of clustered broker `node_id` (etcd never reached), shut
+    down afterwards."""
+    config = BrokerConfig(
+        {"log.dirs": str(root), "etcd.connect": "127.0.0.1:2379", "node.id": str(node_id)}
+    )
+    replicas = ReplicaManager(config, ManualClock())
+    replicas.startup()
+    try:
+        yield replicas
+    finally:
+        replicas.shutdown()
 
 
 def replica_state(isr: tuple[int, ...], partition_epoch: int, leader_epoch: int = 0) -> ReplicaView:

@@ -11,22 +11,14 @@ from pathlib import Path
 import pytest
 
 from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.clock import ManualClock
-from oncelog.config import BrokerConfig
 from oncelog.server.cluster import ClusterRuntime
+from tests.unit.metrics_broker import clustered_replicas
 
 
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[ReplicaManager]:
-    config = BrokerConfig(
-        {"log.dirs": str(tmp_path), "etcd.connect": "127.0.0.1:2379", "node.id": "1"}
-    )
-    replicas = ReplicaManager(config, ManualClock())
-    replicas.startup()
-    try:
+    with clustered_replicas(tmp_path, 1) as replicas:
         yield replicas
-    finally:
-        replicas.shutdown()
 
 
 def runtime(replicas: ReplicaManager) -> ClusterRuntime:

@@ -11,12 +11,10 @@ import pytest
 
 from oncelog.broker.partition import ReplicaView
 from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.clock import ManualClock
-from oncelog.config import BrokerConfig
 from oncelog.replication.follower import FollowerPhase
 from oncelog.server.replica_fetcher import SWEEP_S, _Link
 from oncelog.types import TopicPartition
-from tests.unit.metrics_broker import batch
+from tests.unit.metrics_broker import batch, clustered_replicas
 
 TPS = [TopicPartition("data", p) for p in range(4)]
 LEADER = 1
@@ -24,21 +22,15 @@ LEADER = 1
 
 @pytest.fixture
 def replicas(tmp_path: Path) -> Iterator[ReplicaManager]:
-    config = BrokerConfig(
-        {"log.dirs": str(tmp_path), "etcd.connect": "http://127.0.0.1:2379", "node.id": "2"}
-    )
-    replicas = ReplicaManager(config, ManualClock())
-    replicas.startup()
-    replicas.apply_topic("data", uuid.uuid4(), ((1, 2, 3),) * len(TPS), {}, False)
-    for tp in TPS:
-        replicas.apply_partition_state(tp, ReplicaView(LEADER, 0, (1, 2, 3), 0, (1, 2, 3), 1))
-        follower = replicas.replicas_by_tp[tp].follower
-        assert follower is not None
-        follower.move(FollowerPhase.FETCHING)
-    try:
+    with clustered_replicas(tmp_path, 2) as replicas:
+        replicas.apply_topic("data", uuid.uuid4(), ((1, 2, 3),) * len(TPS), {}, False)
+        for tp in TPS:
+            view = ReplicaView(LEADER, 0, (1, 2, 3), 0, (1, 2, 3), 1)
+            replicas.apply_partition_state(tp, view)
+            follower = replicas.replicas_by_tp[tp].follower
+            assert follower is not None
+            follower.move(FollowerPhase.FETCHING)
         yield replicas
-    finally:
-        replicas.shutdown()
 
 
 def linked(replicas: ReplicaManager) -> _Link:
