@@ -267,6 +267,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("socket.request.max.bytes", C.INT, "104857600", at_least=1),
     ConfigDef("queued.max.requests", C.INT, "500", at_least=1),
+    ConfigDef(
+        "queued.max.request.bytes",
+        C.LONG,
+        "-1",
+        doc="The number of queued bytes allowed before no more requests are read: one budget "
+        "for the requests every connection has received and not yet handled (-1 or 0: no "
+        "budget; each connection still stops reading at socket.request.max.bytes queued).",
+    ),
     ConfigDef("num.network.threads", C.INT, "3", at_least=1),
     ConfigDef("num.io.threads", C.INT, "8", at_least=1),
     ConfigDef("fetch.max.bytes", C.INT, "57671680", at_least=1024),
@@ -602,6 +610,7 @@ class BrokerConfig:
             if d is not None:
                 parse_value(d, value)
         self._retention_ms()
+        self.queued_max_request_bytes  # noqa: B018 - validate eagerly
         _check_log_config(LogConfig.from_topic_configs(self.topic_defaults()))
 
     def unknown_keys(self) -> list[str]:
@@ -782,6 +791,19 @@ class BrokerConfig:
     @property
     def queued_max_requests(self) -> int:
         return self.get_int("queued.max.requests")
+
+    @property
+    def queued_max_request_bytes(self) -> int | None:
+        """The broker's budget for received, unhandled request bytes; None: unlimited.
+        Kafka refuses a budget below socket.request.max.bytes (one request must fit)."""
+        value = self.get_int("queued.max.request.bytes")
+        if value <= 0:
+            return None
+        if value < self.socket_request_max_bytes:
+            raise InvalidConfig(
+                "queued.max.request.bytes must be larger or equal to socket.request.max.bytes"
+            )
+        return value
 
     @property
     def retention_check_interval_ms(self) -> int:

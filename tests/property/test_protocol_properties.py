@@ -86,8 +86,22 @@ def test_frame_decoder_large_frames_received_in_place(
             buf.release()
         pos += n
         got += [bytes(f) for f in decoder.received(n)]
+        assert decoder.frame_size == _declared_at(sizes, pos)
     assert got == payloads
     assert decoder.buffered == 0 and not decoder.in_frame
+
+
+def _declared_at(sizes: list[int], pos: int) -> int:
+    """What `frame_size` says `pos` bytes into frames of `sizes`: the size of the frame that
+    `pos` is inside once its 4-byte length is in, the bytes of it so far before that, and 0
+    between frames."""
+    start = 0
+    for size in sizes:
+        end = start + 4 + size
+        if start < pos < end:
+            return size if pos - start >= 4 else pos - start
+        start = end
+    return 0
 
 
 @pytest.mark.parametrize("helper", ["c", "python"])

@@ -112,6 +112,19 @@ class BrokerMetrics:
             "oncelog_open_connections", "Open client and broker connections.", registry=r
         )
         self._connections.set_function(lambda: 0)
+        self._request_memory = Gauge(
+            "oncelog_request_memory_used_bytes",
+            "Bytes of requests received and not yet handled, all connections together "
+            "(queued.max.request.bytes caps them).",
+            registry=r,
+        )
+        self._request_memory.set_function(lambda: 0)
+        self._memory_waits = Gauge(
+            "oncelog_connections_waiting_for_memory",
+            "Connections that stopped reading until queued.max.request.bytes has room.",
+            registry=r,
+        )
+        self._memory_waits.set_function(lambda: 0)
         #: Set by the server in a cluster: the controller state machine of this broker.
         self.controller: Controller | None = None
         self._attached = False
@@ -134,6 +147,11 @@ class BrokerMetrics:
     def count_connections(self, count: Callable[[], int]) -> None:
         """The server's count of open connections, read at scrape time."""
         self._connections.set_function(lambda: float(count()))
+
+    def watch_request_memory(self, used: Callable[[], int], waiting: Callable[[], int]) -> None:
+        """The server's request-memory budget, read at scrape time."""
+        self._request_memory.set_function(lambda: float(used()))
+        self._memory_waits.set_function(lambda: float(waiting()))
 
     # -- events ----------------------------------------------------------------------------------
 

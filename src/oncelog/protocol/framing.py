@@ -85,6 +85,17 @@ class FrameDecoder:
         return self._end - self._start + self._have
 
     @property
+    def frame_size(self) -> int:
+        """The declared size of the frame being received, once its length is in; else the
+        bytes of it received so far (0 between frames)."""
+        if self._need:
+            return self._need
+        pending = self._end - self._start
+        if pending >= 4:
+            return int(_LEN.unpack_from(self._scratch, self._start)[0])
+        return pending
+
+    @property
     def in_frame(self) -> bool:
         """True while part of a frame (or its length prefix) has been received."""
         return self.buffered > 0

@@ -30,6 +30,7 @@ from oncelog.broker.authz import load_authorizer
 from oncelog.broker.context import BrokerContext, Node
 from oncelog.broker.dispatcher import Dispatcher
 from oncelog.broker.group_runtime import GroupRuntime
+from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.txn_runtime import TxnRuntime
@@ -42,6 +43,7 @@ from oncelog.server import loop_monitor
 from oncelog.server.cleaner_pool import new_pool, stop_pool
 from oncelog.server.connection import Connection
 from oncelog.server.listeners import ListenerSetup, authenticator_factory, setup_listeners
+from oncelog.server.request_memory import RequestMemory
 from oncelog.server.startup import StartupError
 from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
@@ -162,6 +164,8 @@ class BrokerServer:
         self._expiry_timer: asyncio.TimerHandle | None = None
         self._expiry_at = 0
         self.connections: set[Connection] = set()
+        #: Bytes of received, unhandled requests (queued.max.request.bytes).
+        self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
         self._server: asyncio.Server | None = None
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -175,6 +179,12 @@ class BrokerServer:
         self._roll_flush: asyncio.Future[None] | None = None
         self._roll_wanted = False
         self.replicas.logs.roll_hook = self._rolled
+
+    def _watch_connections(self, metrics: BrokerMetrics) -> None:
+        """The connection gauges, read at scrape time."""
+        metrics.count_connections(lambda: len(self.connections))
+        memory = self.request_memory
+        metrics.watch_request_memory(lambda: memory.used, lambda: memory.waiting)
 
     async def start(self) -> int:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
@@ -214,7 +224,7 @@ class BrokerServer:
         else:
             self.cluster.scram = self.credentials
         context.scram = self.credentials
-        context.metrics.count_connections(lambda: len(self.connections))
+        self._watch_connections(context.metrics)
         if self.cluster is not None:
             context.metrics.controller = self.cluster.controller
         if self.cluster is not None:
@@ -303,6 +313,7 @@ class BrokerServer:
                 authenticator=new_authenticator() if new_authenticator else None,
                 max_auth_frame_bytes=max_auth_frame,
                 failed_auth_delay_ms=failed_auth_delay_ms,
+                memory=self.request_memory,
             )
             self.connections.add(conn)
             return conn

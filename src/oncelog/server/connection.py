@@ -2,8 +2,11 @@
 
 Requests of a connection are handled one at a time, as Kafka does: while a Fetch waits in
 the purgatory the connection's later requests wait too, so responses never overtake each
-other. Reading pauses when too many requests are queued or the socket's send buffer is full,
-which bounds the memory one client can make us hold.
+other. Reading pauses when too many requests are queued (`queued.max.requests`), when the
+queued requests add up to `socket.request.max.bytes` (so one connection holds at most about
+twice that: Kafka reads one request at a time), when the broker's budget for waiting requests
+is spent (`queued.max.request.bytes`, server/request_memory.py), or when the socket's send
+buffer is full: what one client can make us hold is bounded.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from oncelog.protocol.codec import Buffer
 from oncelog.protocol.framing import Frame, FrameDecoder, FrameError
 from oncelog.protocol.headers import HeaderError, peek_ids
 from oncelog.security.sasl import Answer, Forward, Reject, SaslAuthenticator
+from oncelog.server.request_memory import RequestMemory
 from oncelog.server.sendfile import send_direct, take
 from oncelog.server.tls import ssl_principal
 
@@ -49,6 +53,7 @@ class Connection(asyncio.BufferedProtocol):
         authenticator: SaslAuthenticator | None = None,
         max_auth_frame_bytes: int = 524288,
         failed_auth_delay_ms: int = 100,
+        memory: RequestMemory | None = None,
     ) -> None:
         """With `authenticator` (a SASL listener) frames go to it until it has authenticated
         the client; only then to the dispatcher, with its principal."""
@@ -64,6 +69,13 @@ class Connection(asyncio.BufferedProtocol):
         #: Kafka's principal: the SASL user, else the TLS client certificate's subject.
         self.principal = ANONYMOUS
         self._max_queued = max_queued
+        self._memory = memory
+        #: Bytes of the frames in `_queue`, and what `memory` was last told we hold.
+        self._queued_bytes = 0
+        self._held = 0
+        #: The frame being received was granted its size out of `memory`: it is read to
+        #: its end whatever the budget (as Kafka's pool grants a whole request).
+        self._granted = False
         self._on_pending = on_pending
         self._on_close = on_close
         self._now_ms = now_ms
@@ -113,14 +125,22 @@ class Connection(asyncio.BufferedProtocol):
             self.close(str(exc))
             return
         if not frames:
+            if self._memory is not None:  # a frame still arriving holds memory too
+                self._update_reading()
             return
+        self._granted = False  # any frame still arriving is a new one
         arrived = self._dispatcher.broker.metrics.now()
-        self._queue.extend((frame, arrived) for frame in frames)
+        for frame in frames:
+            self._queue.append((frame, arrived))
+            self._queued_bytes += len(frame)
         self._drain_queue()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._queue.clear()
+        self._queued_bytes = 0
+        if self._memory is not None:
+            self._memory.release(self)
         self._unsent = []
         self._release_regions()
         if self._socket is not None:
@@ -152,6 +172,7 @@ class Connection(asyncio.BufferedProtocol):
             and not self._unsent
         ):
             frame, arrived = self._queue.popleft()
+            self._queued_bytes -= len(frame)
             if self._auth is not None and self._authenticating(frame):
                 step = self._auth.receive(bytes(frame))
                 if isinstance(step, Answer):
@@ -216,7 +237,6 @@ class Connection(asyncio.BufferedProtocol):
             return True
         if self._now_ms() > auth.expires_ms:
             self.close("SASL session expired (connections.max.reauth.ms)")
-            self._queue.clear()
         return False
 
     def _wait_for(self, pending: Pending) -> None:
@@ -303,7 +323,17 @@ class Connection(asyncio.BufferedProtocol):
     def _update_reading(self) -> None:
         if self._transport is None or self.closed:
             return
-        should_pause = self._write_paused or len(self._queue) >= self._max_queued
+        should_pause = (
+            self._write_paused
+            or len(self._queue) >= self._max_queued
+            or self._queued_bytes >= self._max_frame_bytes
+        )
+        if (
+            self._memory is not None
+            and (self._held or self._queued_bytes or self._decoder.in_frame)
+            and self._memory_says_wait()
+        ):
+            should_pause = True
         if should_pause and not self._read_paused:
             self._transport.pause_reading()
             self._read_paused = True
@@ -311,12 +341,36 @@ class Connection(asyncio.BufferedProtocol):
             self._transport.resume_reading()
             self._read_paused = False
 
+    def _memory_says_wait(self) -> bool:
+        """Tell the broker's budget what we hold; True when reading must wait for it: we
+        hold requests and it is spent, unless the frame arriving was granted (it is read to
+        its end, so half-read frames never hold the budget against each other)."""
+        memory = self._memory
+        assert memory is not None
+        decoder = self._decoder
+        arriving = decoder.in_frame
+        if not arriving:
+            self._granted = False
+        elif not self._granted and not memory.spent:
+            self._granted = True  # asked before it counts: Kafka's pool is not strict
+        held = self._queued_bytes
+        if arriving:
+            held += decoder.frame_size if self._granted else decoder.buffered
+        if held or self._held:
+            memory.hold(self, held)
+            self._held = held
+        if held and memory.spent and not (arriving and self._granted):
+            memory.wait(self, self._update_reading)
+            return True
+        return False
+
     def close(self, reason: str) -> None:
         if self.closed:
             return
         log.info("closing connection %s from %s: %s", self.id, self.peer, reason)
         self.closed = True
         self._queue.clear()
+        self._queued_bytes = 0
         if self._transport is not None:
             self._transport.close()
 
@@ -326,6 +380,7 @@ class Connection(asyncio.BufferedProtocol):
         stream (over TLS some clients lose an answer that arrives with the close) and a
         password guesser waits between tries. Nothing more is read meanwhile."""
         self._queue.clear()
+        self._queued_bytes = 0
         if self._transport is None or self._failed_auth_delay_s <= 0:
             self.close(reason)
             return
