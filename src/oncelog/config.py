@@ -267,6 +267,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("socket.request.max.bytes", C.INT, "104857600", at_least=1),
     ConfigDef("queued.max.requests", C.INT, "500", at_least=1),
+    ConfigDef("max.connections.per.ip", C.INT, str(INT_MAX), at_least=0),
+    ConfigDef(
+        "max.connections.per.ip.overrides",
+        C.STRING,
+        "",
+        check=lambda text: _per_ip_overrides_error(str(text)),
+    ),
+    ConfigDef("max.connections", C.INT, str(INT_MAX), at_least=0),
     ConfigDef(
         "queued.max.request.bytes",
         C.LONG,
@@ -560,6 +568,27 @@ def read_properties(path: Path) -> dict[str, str]:
     return props
 
 
+def _parse_per_ip_overrides(text: str) -> dict[str, int]:
+    """`host:count,host:count` (Kafka's max.connections.per.ip.overrides); ValueError."""
+    out: dict[str, int] = {}
+    for item in text.split(","):
+        if not item.strip():
+            continue
+        host, sep, count = item.strip().rpartition(":")
+        if not sep or not host or not count.strip().isdigit():
+            raise ValueError(f"{item.strip()!r} is not host:count")
+        out[host.strip()] = int(count)
+    return out
+
+
+def _per_ip_overrides_error(text: str) -> str | None:
+    try:
+        _parse_per_ip_overrides(text)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def _listener_key(key: str) -> str | None:
     """The key a `listener.name.<name>.<key>` override is of (None if it is none)."""
     if not key.startswith("listener.name."):
@@ -611,6 +640,7 @@ class BrokerConfig:
                 parse_value(d, value)
         self._retention_ms()
         self.queued_max_request_bytes  # noqa: B018 - validate eagerly
+        self.max_connections_per_ip_overrides  # noqa: B018
         _check_log_config(LogConfig.from_topic_configs(self.topic_defaults()))
 
     def unknown_keys(self) -> list[str]:
@@ -791,6 +821,19 @@ class BrokerConfig:
     @property
     def queued_max_requests(self) -> int:
         return self.get_int("queued.max.requests")
+
+    @property
+    def max_connections_per_ip_overrides(self) -> dict[str, int]:
+        """Per address (or host name) limits. Kafka allows a per-address default of 0 only
+        with overrides (some addresses must be able to connect)."""
+        text = self.get("max.connections.per.ip.overrides")
+        overrides = _parse_per_ip_overrides(str(text or ""))
+        if self.get_int("max.connections.per.ip") == 0 and not overrides:
+            raise InvalidConfig(
+                "max.connections.per.ip can be set to zero only if "
+                "max.connections.per.ip.overrides property is set."
+            )
+        return overrides
 
     @property
     def queued_max_request_bytes(self) -> int | None:

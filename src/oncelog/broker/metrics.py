@@ -125,6 +125,13 @@ class BrokerMetrics:
             registry=r,
         )
         self._memory_waits.set_function(lambda: 0)
+        self._rejected = Counter(
+            "oncelog_connections_rejected",
+            "Connections closed as they opened, by the limit they were over "
+            "(max.connections.per.ip, max.connections).",
+            ["limit"],
+            registry=r,
+        )
         #: Set by the server in a cluster: the controller state machine of this broker.
         self.controller: Controller | None = None
         self._attached = False
@@ -154,6 +161,9 @@ class BrokerMetrics:
         self._memory_waits.set_function(lambda: float(waiting()))
 
     # -- events ----------------------------------------------------------------------------------
+
+    def record_rejected_connection(self, limit: str) -> None:
+        self._rejected.labels(limit=limit).inc()
 
     def record_request(self, api_key: int, started: float | None) -> None:
         """One request answered (or closed, or acks=0); `started`: its arrival (`now`)."""

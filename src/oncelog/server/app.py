@@ -42,6 +42,7 @@ from oncelog.security.credentials import ScramCredentials
 from oncelog.server import loop_monitor
 from oncelog.server.cleaner_pool import new_pool, stop_pool
 from oncelog.server.connection import Connection
+from oncelog.server.connection_quotas import ConnectionQuotas
 from oncelog.server.listeners import ListenerSetup, authenticator_factory, setup_listeners
 from oncelog.server.request_memory import RequestMemory
 from oncelog.server.startup import StartupError
@@ -166,6 +167,7 @@ class BrokerServer:
         self.connections: set[Connection] = set()
         #: Bytes of received, unhandled requests (queued.max.request.bytes).
         self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
+        self.quotas = ConnectionQuotas.from_config(self.config)
         self._server: asyncio.Server | None = None
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -307,18 +309,35 @@ class BrokerServer:
                 max_frame_bytes=self.config.socket_request_max_bytes,
                 max_queued=self.config.queued_max_requests,
                 on_pending=self._watch,
-                on_close=self.connections.discard,
+                on_close=self._connection_closed,
                 now_ms=self.clock.monotonic_ms,
                 listener_name=setup.name,
                 authenticator=new_authenticator() if new_authenticator else None,
                 max_auth_frame_bytes=max_auth_frame,
                 failed_auth_delay_ms=failed_auth_delay_ms,
                 memory=self.request_memory,
+                admit=self._admit,
             )
             self.connections.add(conn)
             return conn
 
         return new_connection
+
+    def _admit(self, conn: Connection) -> str | None:
+        """Kafka's connection quotas; why `conn` is refused, or None (counted then)."""
+        refused = self.quotas.admit(conn.listener_name, conn.client_ip)
+        if refused is None:
+            return None
+        setting, why = refused
+        if self.dispatcher is not None:
+            self.dispatcher.broker.metrics.record_rejected_connection(setting)
+        return f"{why} ({setting})"
+
+    def _connection_closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if conn.admitted:
+            conn.admitted = False
+            self.quotas.release(conn.listener_name, conn.client_ip)
 
     def _send_markers(
         self, txn_id: str, markers: list[Marker], state_tp: TopicPartition, decided_below: int

@@ -54,6 +54,7 @@ class Connection(asyncio.BufferedProtocol):
         max_auth_frame_bytes: int = 524288,
         failed_auth_delay_ms: int = 100,
         memory: RequestMemory | None = None,
+        admit: Callable[[Connection], str | None] | None = None,
     ) -> None:
         """With `authenticator` (a SASL listener) frames go to it until it has authenticated
         the client; only then to the dispatcher, with its principal."""
@@ -70,6 +71,11 @@ class Connection(asyncio.BufferedProtocol):
         self.principal = ANONYMOUS
         self._max_queued = max_queued
         self._memory = memory
+        #: Asked once the peer is known: why the connection is refused, or None.
+        self._admit = admit
+        #: Counted by `admit` (so its closing is counted off again).
+        self.admitted = False
+        self.client_ip = ""
         #: Bytes of the frames in `_queue`, and what `memory` was last told we hold.
         self._queued_bytes = 0
         self._held = 0
@@ -106,7 +112,16 @@ class Connection(asyncio.BufferedProtocol):
         self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
         peer = transport.get_extra_info("peername")
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
-        self.client_host = f"/{peer[0]}" if peer else ""
+        self.client_ip = peer[0] if peer else ""
+        self.client_host = f"/{self.client_ip}" if peer else ""
+        if self._admit is not None:
+            refused = self._admit(self)
+            if refused is not None:
+                log.info("Rejected connection from %s: %s", self.client_host, refused)
+                self.closed = True
+                transport.close()
+                return
+            self.admitted = True
         if self._auth is None:
             self.principal = ssl_principal(transport.get_extra_info("peercert")) or ANONYMOUS
         if transport.get_extra_info("ssl_object") is None:
