@@ -1,6 +1,7 @@
 """How long a broker stops answering while a large topic is deleted (issue 15: no stalls).
 
     .venv/bin/python bench/delete_stall.py [--gib 2] [--rounds 2] [--oncelog-rev REV]
+    .venv/bin/python bench/delete_stall.py --delete-records 10 [--rounds 2] [--oncelog-rev REV]
 
 Writes `--gib` GiB of 10 KiB values into a one-partition topic with librdkafka, then
 deletes the topic while a probe thread sends ApiVersions requests on its own connection, one
@@ -8,6 +9,9 @@ every 2 ms, from 1 s before the deletion to 3 s after it (the broker runs with
 `log.segment.delete.delay.ms=0`, so the files are removed in that window). Prints the
 probe's round trips: median, the largest five and the maximum, which is how long the event
 loop was blocked.
+With `--delete-records N` the probe runs while an admin client sends DeleteRecords N times a
+second for 5 s instead (one record further each time), as Kafka Streams does on its
+repartition topics with every commit.
 A fresh broker per round; `--oncelog-rev` runs it from `git archive REV` (bench/produce_consume).
 """
 
@@ -95,11 +99,57 @@ def one_round(gib: float) -> list[float]:
             broker.stop()
 
 
+def records_round(seconds: float, per_second: int) -> list[float]:
+    """The probe while an admin deletes records every 1/`per_second` s (as Kafka Streams does
+    on its repartition topics with every commit) for `seconds`."""
+    from confluent_kafka import Producer
+    from confluent_kafka import TopicPartition as CkTopicPartition
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from tests.broker_process import BrokerProcess
+
+    with tempfile.TemporaryDirectory(prefix="delete-records-stall-") as data:
+        broker = BrokerProcess(Path(data) / "data").start()
+        try:
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            admin.create_topics([NewTopic("cut", 1, 1)])["cut"].result(30)
+            count = int(seconds * per_second) + 1
+            producer = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+            for _ in range(count):
+                producer.produce("cut", VALUE[:100], partition=0)
+            if producer.flush(60):
+                raise RuntimeError("messages left unacknowledged")
+            stop = threading.Event()
+            rtts: list[float] = []
+            port = int(broker.bootstrap.rsplit(":", 1)[1])
+            prober = threading.Thread(target=_probe, args=(port, stop, rtts))
+            prober.start()
+            time.sleep(1)
+            start = time.monotonic()
+            for i in range(1, count):
+                time.sleep(max(0.0, start + i / per_second - time.monotonic()))
+                cut = CkTopicPartition("cut", 0, i)
+                for future in admin.delete_records([cut]).values():
+                    future.result(30)
+            time.sleep(1)
+            stop.set()
+            prober.join()
+            del admin
+            return rtts
+        finally:
+            broker.stop()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--gib", type=float, default=2.0, help="GiB written before the delete")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--oncelog-rev", help="run the broker from `git archive REV`")
+    parser.add_argument(
+        "--delete-records",
+        type=int,
+        metavar="PER_SECOND",
+        help="instead of a topic deletion: DeleteRecords this many times a second for 5 s",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="delete-stall-src-") as root:
         if args.oncelog_rev:
@@ -108,11 +158,14 @@ def main() -> None:
         machine = pc.machine_info(args.oncelog_rev)
         print(f"oncelog {args.oncelog_rev or 'work tree'}, {args.gib} GiB, machine {machine}")
         for i in range(args.rounds):
-            rtts = sorted(one_round(args.gib))
+            if args.delete_records:
+                rtts = sorted(records_round(5.0, args.delete_records))
+            else:
+                rtts = sorted(one_round(args.gib))
             top = " ".join(f"{x:.1f}" for x in rtts[-5:])
             print(
                 f"round {i + 1}: {len(rtts)} probes, p50 {rtts[len(rtts) // 2]:.2f} ms, "
-                f"largest {top} ms"
+                f"p99 {rtts[len(rtts) * 99 // 100]:.2f} ms, largest {top} ms"
             )
 
 

@@ -181,6 +181,9 @@ class BrokerServer:
         self._roll_flush: asyncio.Future[None] | None = None
         self._roll_wanted = False
         self.replicas.logs.roll_hook = self._rolled
+        self.replicas.logs.checkpoint_hook = self._checkpoint_files_soon
+        self._checkpoint_files_wanted = False
+        self._checkpoint_files_task: asyncio.Future[None] | None = None
 
     def _watch_connections(self, metrics: BrokerMetrics) -> None:
         """The connection gauges, read at scrape time."""
@@ -560,6 +563,22 @@ class BrokerServer:
             await loop.run_in_executor(None, logs.write_checkpoints, pending)
         logs.finish_checkpoints(pending)
         await self._write_checkpoint_files()
+
+    def _checkpoint_files_soon(self) -> None:
+        """Storage asks for the checkpoint files (after a DeleteRecords): noted and written
+        by a task, in a worker; requests made while it runs get one more pass."""
+        self._checkpoint_files_wanted = True
+        task = self._checkpoint_files_task
+        if task is None or task.done():
+            self._checkpoint_files_task = asyncio.ensure_future(self._write_wanted_checkpoints())
+
+    async def _write_wanted_checkpoints(self) -> None:
+        while self._checkpoint_files_wanted:
+            self._checkpoint_files_wanted = False
+            try:
+                await self._write_checkpoint_files()
+            except OSError as exc:  # the periodic checkpoint tries again
+                log.error("writing the checkpoint files failed: %s", exc)
 
     async def _write_checkpoint_files(self) -> None:
         """The offset checkpoint files, noted here (where the offsets change) and those that

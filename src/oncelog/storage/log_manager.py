@@ -165,6 +165,9 @@ class LogManager:
         #: Called when a partition rolled a segment (on whatever thread appended): the
         #: broker then runs `flush_rolled` in a worker soon, not only on its 1 s timer.
         self.roll_hook: Callable[[], None] = _nothing
+        #: Writes the checkpoint files soon (`checkpoint_soon`); the broker does it in a
+        #: worker, off its event loop. Without a broker: at once.
+        self.checkpoint_hook: Callable[[], None] = self.checkpoint
         #: Renamed files of deleted segments and directories of deleted partitions, with
         #: when they are due (monotonic ms), for `remove_deleted` (a worker's).
         self._deleted: list[tuple[int, Path]] = []
@@ -344,6 +347,13 @@ class LogManager:
     def checkpoint(self, *, if_changed: bool = False) -> None:
         """Write the checkpoint files; `if_changed`: only those whose content changed."""
         self.write_checkpoint_files(self.checkpoint_contents(), if_changed=if_changed)
+
+    def checkpoint_soon(self) -> None:
+        """Write the checkpoint files soon, not on this call (two fsyncs a file): after a
+        DeleteRecords, which Kafka Streams sends with every commit. Until they are written
+        a crash restores the older log start offsets, as in Kafka, which only writes them
+        every `log.flush.start.offset.checkpoint.interval.ms`."""
+        self.checkpoint_hook()
 
     def checkpoint_contents(self) -> CheckpointFiles:
         """What the checkpoint files would hold now (on the event loop, where the offsets

@@ -40,7 +40,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             partitions.append(entry)
         topics.append({"name": topic.name, "partitions": partitions})
     if moved:
-        replicas.logs.checkpoint()
+        replicas.logs.checkpoint_soon()  # log-start-offset-checkpoint, off the event loop
         # Parked fetches and follower sessions learn the new log start now, not at their
         # next wake-up or sweep.
         replicas.notify_appended(moved)
