@@ -24,8 +24,8 @@ read chunks) must give the same committed offsets, pending transactional offsets
 
 Two cases the property found are pinned by examples at the end: a deleted group's pending
 transactional offsets (DeleteGroups writes their tombstones too), and the members of an Empty
-group after a replay. One is left out and pinned by an xfail: a load to a high watermark below
-a COMMIT marker (latent: no caller does that). The follower of (3) comes back within
+group after a replay. A third is pinned by an example too: a load to a high watermark below a
+COMMIT marker, which keeps the transaction pending (its marker is not replicated yet). The follower of (3) comes back within
 delete.retention.ms (one that stays away longer misses markers, as in Kafka).
 """
 
@@ -599,13 +599,6 @@ def test_an_empty_group_record_replayed_after_a_stable_one_leaves_no_members() -
     assert not coordinator.groups["g1"].members
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="latent (callers load to the high watermark only on logs that are not replicated, "
-    "where it is the log end): the last stable offset (`_bounds`) counts open transactions "
-    "only, not one whose COMMIT marker is above the high watermark, so its record below the "
-    "high watermark supersedes the committed offset it rewrites and the load serves none",
-)
 def test_a_load_to_a_high_watermark_below_a_commit_marker_keeps_the_committed_offset() -> None:
     with scratch() as root:
         writer = Writer(root, log_config(1 << 20), ManualClock(T0))

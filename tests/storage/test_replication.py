@@ -434,11 +434,84 @@ def test_lso_is_bounded_by_the_high_watermark(tmp_path: Path, clock: ManualClock
     plog = open_at(tmp_path, clock)
     plog.enable_replication(0)
     plog.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)
-    plog.append_marker(7, 0, 1, True, 0)
+    marker = plog.append_marker(7, 0, 1, True, 0).base_offset
     assert plog.last_stable_offset == 0
-    plog.update_high_watermark(2)
-    assert plog.last_stable_offset == 2
+    # The data is below the high watermark, the COMMIT is not: still undecided to a
+    # read_committed reader (Kafka's unreplicated transactions).
+    plog.update_high_watermark(marker)
+    assert plog.last_stable_offset == 0
+    plog.update_high_watermark(marker + 1)
+    assert plog.last_stable_offset == marker + 1
     assert plog.read(0, 1 << 20, read_committed=True).records == plog.read(0, 1 << 20).records
+
+
+def test_a_transaction_is_undecided_until_its_marker_is_below_the_high_watermark(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Kafka's unreplicated transactions: an ABORT (or COMMIT) written here but not yet
+    replicated keeps the LSO at the transaction's start, whichever transaction ends first."""
+    plog = open_at(tmp_path, clock)
+    plog.enable_replication(0)
+    plog.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)  # 0-1
+    plog.append(validated(producer_batch(8, 0, 0, transactional=True)), 0)  # 2-3
+    abort = plog.append_marker(8, 0, 1, False, 0).base_offset  # 4
+    commit = plog.append_marker(7, 0, 1, True, 0).base_offset  # 5
+    plog.update_high_watermark(abort)
+    assert plog.last_stable_offset == 0
+    plog.update_high_watermark(abort + 1)  # the ABORT is replicated, the COMMIT is not
+    assert plog.last_stable_offset == 0
+    plog.update_high_watermark(commit + 1)
+    assert plog.last_stable_offset == commit + 1
+    assert not plog.producer_state._unreplicated  # forgotten once passed
+
+
+def test_transactions_passed_by_the_high_watermark_are_forgotten_as_new_ones_end(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """Nothing but a new marker need ask: the set stays as small as what is in flight."""
+    plog = open_at(tmp_path, clock)
+    plog.enable_replication(0)
+    for i in range(50):
+        plog.append(validated(producer_batch(7, 0, 2 * i, transactional=True)), 0)
+        plog.append_marker(7, 0, 1, True, 0)
+        plog.update_high_watermark(plog.log_end_offset)
+    assert len(plog.producer_state._unreplicated) == 1  # the last one, noted before its HW
+
+
+def test_a_single_node_log_decides_a_transaction_with_its_marker(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    plog = open_at(tmp_path, clock)
+    plog.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)
+    assert plog.last_stable_offset == 0
+    plog.append_marker(7, 0, 1, True, 0)
+    assert plog.last_stable_offset == plog.log_end_offset
+
+
+def test_a_follower_and_a_replay_keep_an_unreplicated_marker_undecided(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """A replay of the log (recovery after a crash) notes the markers again. A clean stop's
+    snapshot does not hold them (nor does Kafka's): that start trusts the markers below the
+    log end."""
+    leader = open_at(tmp_path / "leader", clock)
+    leader.enable_replication(0)
+    leader.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)
+    marker = leader.append_marker(7, 0, 1, True, 0).base_offset
+    follower = open_at(tmp_path / "follower", clock, replicated=True, high_watermark=0)
+    follower.append_as_follower(bytes(leader.read(0, 1 << 20, for_follower=True).records))
+    follower.update_high_watermark(marker)
+    assert follower.last_stable_offset == 0
+    follower.close(flush=False)  # as a crash: no snapshot at the end
+    follower = open_at(
+        tmp_path / "follower", clock, clean=False, replicated=True, high_watermark=marker
+    )
+    assert follower.high_watermark == marker
+    assert follower.last_stable_offset == 0
+    follower.update_high_watermark(marker + 1)
+    assert follower.last_stable_offset == marker + 1
+    follower.close()
+    leader.close()
 
 
 def test_retention_keeps_segments_above_the_high_watermark(

@@ -53,6 +53,8 @@ class ProducerAppendInfo:
         self.producer_id = producer_id
         self.known = current is not None and current.producer_epoch != NO_EPOCH
         self.entry = current if current is not None else ProducerStateEntry(producer_id)
+        #: The transaction a staged marker ends (`end_transaction`).
+        self.completed: CompletedTxn | None = None
 
     def validate(self, header: BatchHeader, *, check_sequence: bool = True) -> None:
         """Raise the Kafka error for a batch that may not be appended; stage nothing."""
@@ -121,4 +123,5 @@ class ProducerAppendInfo:
         entry.coordinator_epoch = coordinator_epoch
         entry.current_txn_first_offset = -1
         self.known = True
-        return CompletedTxn(self.producer_id, first, marker_offset, aborted=not commit)
+        self.completed = CompletedTxn(self.producer_id, first, marker_offset, aborted=not commit)
+        return self.completed

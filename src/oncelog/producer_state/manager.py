@@ -76,6 +76,13 @@ class ProducerStateManager:
         """Read-only: producer id -> a copy of its entry."""
         self._ongoing: dict[int, int] = {}
         """producer id -> first offset of its open transaction on this partition."""
+        self._unreplicated: dict[int, int] = {}
+        """first offset -> marker offset of each transaction whose marker is written here
+        but may not be below the high watermark yet (Kafka's unreplicatedTxns)."""
+        self.high_watermark: Callable[[], int] | None = None
+        """The high watermark of a replicated log (None: not replicated, a marker decides its
+        transaction at once); transactions whose marker it passed are forgotten as each new
+        one is noted."""
         self.map_end_offset = 0
         """Offset up to which the state reflects the log (exclusive)."""
 
@@ -188,8 +195,13 @@ class ProducerStateManager:
         entry = info.entry
         if entry.in_transaction:
             self._ongoing[info.producer_id] = entry.current_txn_first_offset
-        else:
-            self._ongoing.pop(info.producer_id, None)
+        elif (
+            self._ongoing.pop(info.producer_id, None) is not None
+            and info.completed
+            and self.high_watermark is not None  # else decided by its marker at once
+        ):
+            self._unreplicated[info.completed.first_offset] = info.completed.last_offset
+            self._forget_replicated(self.high_watermark())
         self._store(info.producer_id, entry)
 
     def _store(self, producer_id: int, entry: ProducerStateEntry) -> None:
@@ -203,9 +215,25 @@ class ProducerStateManager:
             self._insert(producer_id, slot)
         self.tracker.touch(slot)
 
-    def first_unstable_offset(self) -> int | None:
-        """First offset of the earliest open transaction here (the LSO bound), if any."""
-        return min(self._ongoing.values()) if self._ongoing else None
+    def first_unstable_offset(self, high_watermark: int | None = None) -> int | None:
+        """First offset of the earliest transaction not yet decided here (the LSO bound), if
+        any: open ones, and with `high_watermark` those whose marker is not below it yet, as
+        Kafka's: a read_committed reader must not see a transaction as decided before its
+        marker is replicated (a load to the high watermark would read its data without the
+        marker). Without it (a log read to its end), open ones only."""
+        first = min(self._ongoing.values()) if self._ongoing else None
+        if high_watermark is None or not self._unreplicated:
+            return first
+        self._forget_replicated(high_watermark)
+        pending = min(self._unreplicated, default=None)
+        if pending is None:
+            return first
+        return pending if first is None else min(first, pending)
+
+    def _forget_replicated(self, high_watermark: int) -> None:
+        unreplicated = self._unreplicated
+        for start in [s for s, marker in unreplicated.items() if marker < high_watermark]:
+            del unreplicated[start]
 
     def ongoing_transactions(self) -> dict[int, int]:
         """producer id -> first offset, of every open transaction on this partition."""
@@ -272,6 +300,7 @@ class ProducerStateManager:
         self._table = array("i", bytes(4 * _MIN_TABLE))
         self._used = self._len = 0
         self._ongoing.clear()
+        self._unreplicated.clear()
         self.map_end_offset = 0
 
     # -- snapshots ---------------------------------------------------------------------------

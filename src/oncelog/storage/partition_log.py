@@ -268,15 +268,15 @@ class PartitionLog:
             plog._add_segment(plog._new_segment(log_start_offset))
         plog.log_start_offset = max(plog.segments[0].base_offset, log_start_offset)
         plog.log_start_offset = min(plog.log_start_offset, plog.log_end_offset)
+        if replicated:  # first: the replay notes markers not yet below the high watermark
+            plog.enable_replication(
+                plog.log_start_offset if high_watermark is None else high_watermark
+            )
         plog.rebuild_producer_state()
         plog.recovery_point = (
             plog.log_end_offset if clean else min(recovery_point, plog.log_end_offset)
         )
         plog._load_leader_epochs()
-        if replicated:
-            plog.enable_replication(
-                plog.log_start_offset if high_watermark is None else high_watermark
-            )
         return plog
 
     def _load_leader_epochs(self) -> None:
@@ -381,6 +381,7 @@ class PartitionLog:
         hw = self.high_watermark if initial_hw is None else initial_hw
         self._replicated = True
         self._high_watermark = self._clamp_hw(hw)
+        self.producer_state.high_watermark = lambda: self._high_watermark
 
     def _clamp_hw(self, hw: int) -> int:
         return min(max(hw, self.log_start_offset), self.log_end_offset)
@@ -605,9 +606,10 @@ class PartitionLog:
 
     @property
     def last_stable_offset(self) -> int:
-        """The LSO: below the first open transaction, and never above the high watermark."""
-        first_unstable = self.producer_state.first_unstable_offset()
+        """The LSO: below the first transaction not decided here (open, or its marker not
+        yet below the high watermark), and never above the high watermark."""
         hw = self.high_watermark
+        first_unstable = self.producer_state.first_unstable_offset(hw)
         return hw if first_unstable is None else min(first_unstable, hw)
 
     def append_marker(
