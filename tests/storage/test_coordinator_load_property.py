@@ -22,10 +22,10 @@ read chunks) must give the same committed offsets, pending transactional offsets
 3. a follower that held a diverged suffix of an old leader, truncated to the common prefix
    and fetched the new leader's history.
 
-Two cases the property found are pinned by examples at the end: a deleted group's pending
-transactional offsets (DeleteGroups writes their tombstones too), and the members of an Empty
-group after a replay. A third is pinned by an example too: a load to a high watermark below a
-COMMIT marker, which keeps the transaction pending (its marker is not replicated yet). The follower of (3) comes back within
+Three cases are pinned by examples at the end: a deleted group's pending transactional
+offsets (DeleteGroups writes their tombstones too), the members of an Empty group after a
+replay, and a load to a high watermark below a COMMIT marker, which keeps the transaction
+pending (its marker is not replicated yet). The follower of (3) comes back within
 delete.retention.ms (one that stays away longer misses markers, as in Kafka).
 """
 
