@@ -18,12 +18,14 @@ A fresh broker per round; `--oncelog-rev` runs it from `git archive REV` (bench/
 from __future__ import annotations
 
 import argparse
+import contextlib
 import socket
 import struct
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -46,6 +48,22 @@ def _probe(port: int, stop: threading.Event, out: list[float]) -> None:
             _read(sock, size)
             out.append((time.perf_counter() - start) * 1000)
             time.sleep(0.002)
+
+
+@contextlib.contextmanager
+def _probing(port: int, after_s: float) -> Iterator[list[float]]:
+    """The probe's round trips (ms) from 1 s before the block to `after_s` after it."""
+    stop = threading.Event()
+    rtts: list[float] = []
+    prober = threading.Thread(target=_probe, args=(port, stop, rtts))
+    prober.start()
+    time.sleep(1)
+    try:
+        yield rtts
+        time.sleep(after_s)
+    finally:
+        stop.set()
+        prober.join()
 
 
 def _read(sock: socket.socket, n: int) -> bytes:
@@ -83,16 +101,8 @@ def one_round(gib: float) -> list[float]:
             if producer.flush(300):
                 raise RuntimeError("messages left unacknowledged")
             del producer
-            stop = threading.Event()
-            rtts: list[float] = []
-            port = int(broker.bootstrap.rsplit(":", 1)[1])
-            prober = threading.Thread(target=_probe, args=(port, stop, rtts))
-            prober.start()
-            time.sleep(1)
-            admin.delete_topics(["big"])["big"].result(30)
-            time.sleep(3)
-            stop.set()
-            prober.join()
+            with _probing(int(broker.bootstrap.rsplit(":", 1)[1]), after_s=3) as rtts:
+                admin.delete_topics(["big"])["big"].result(30)
             del admin
             return rtts
         finally:
@@ -118,21 +128,13 @@ def records_round(seconds: float, per_second: int) -> list[float]:
                 producer.produce("cut", VALUE[:100], partition=0)
             if producer.flush(60):
                 raise RuntimeError("messages left unacknowledged")
-            stop = threading.Event()
-            rtts: list[float] = []
-            port = int(broker.bootstrap.rsplit(":", 1)[1])
-            prober = threading.Thread(target=_probe, args=(port, stop, rtts))
-            prober.start()
-            time.sleep(1)
-            start = time.monotonic()
-            for i in range(1, count):
-                time.sleep(max(0.0, start + i / per_second - time.monotonic()))
-                cut = CkTopicPartition("cut", 0, i)
-                for future in admin.delete_records([cut]).values():
-                    future.result(30)
-            time.sleep(1)
-            stop.set()
-            prober.join()
+            with _probing(int(broker.bootstrap.rsplit(":", 1)[1]), after_s=1) as rtts:
+                start = time.monotonic()
+                for i in range(1, count):
+                    time.sleep(max(0.0, start + i / per_second - time.monotonic()))
+                    cut = CkTopicPartition("cut", 0, i)
+                    for future in admin.delete_records([cut]).values():
+                        future.result(30)
             del admin
             return rtts
         finally:
