@@ -158,7 +158,10 @@ def main() -> None:
             pc._use_snapshot(args.oncelog_rev, Path(root) / "oncelog-src")
         sys.path.insert(0, str(pc.REPO))
         machine = pc.machine_info(args.oncelog_rev)
-        print(f"oncelog {args.oncelog_rev or 'work tree'}, {args.gib} GiB, machine {machine}")
+        what = (
+            f"DeleteRecords {args.delete_records}/s" if args.delete_records else f"{args.gib} GiB"
+        )
+        print(f"oncelog {args.oncelog_rev or 'work tree'}, {what}, machine {machine}")
         for i in range(args.rounds):
             if args.delete_records:
                 rtts = sorted(records_round(5.0, args.delete_records))
