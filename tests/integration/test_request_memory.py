@@ -12,8 +12,6 @@ once the Fetch returns and that the log holds each batch exactly once.
 from __future__ import annotations
 
 import datetime
-import socket
-import struct
 import threading
 import time
 import uuid
@@ -21,7 +19,6 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
 from kio.schema.fetch.v4.request import FetchPartition, FetchRequest, FetchTopic
 from kio.schema.types import BrokerId, TopicName
 from kio.static.primitive import i8, i32, i32Timedelta, i64
@@ -30,9 +27,11 @@ from oncelog.protocol.codec import encode_entity
 from oncelog.protocol.records.batch import build_batch
 from oncelog.protocol.records.record import encode_record
 from tests.broker_process import BrokerProcess
+from tests.integration import helpers
 from tests.integration.rawclient import (
     FETCH,
     PRODUCE,
+    RawClient,
     decode_response,
     produce_body,
     request,
@@ -50,8 +49,7 @@ FETCH_WAIT_MS = 4000
 
 def create_topic(proc: BrokerProcess) -> str:
     name = f"held-{uuid.uuid4().hex[:10]}"
-    admin = AdminClient({"bootstrap.servers": proc.bootstrap})
-    admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+    helpers.create_topic(proc.bootstrap, name, 1)
     return name
 
 
@@ -93,21 +91,13 @@ def produce_request(topic: str, value_bytes: int, correlation_id: int) -> bytes:
     return request(PRODUCE, 9, body, correlation_id)
 
 
-def recv_exact(sock: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        assert chunk, f"connection closed after {len(buf)} of {n} bytes"
-        buf += chunk
-    return bytes(buf)
-
-
 class Pipeline:
     """A Fetch at the log end, then `count` Produce requests, written by a thread as fast as
     the broker takes them; the answers are read only when `answers` is called."""
 
     def __init__(self, proc: BrokerProcess, topic: str, count: int, value_bytes: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", proc.port), timeout=30)
+        self.client = RawClient(proc.port, timeout=30)
+        self.sock = self.client.sock
         self.count = count
         data = request(FETCH, 4, fetch_body(topic, 0), 1) + b"".join(
             produce_request(topic, value_bytes, 2 + i) for i in range(count)
@@ -130,11 +120,9 @@ class Pipeline:
         """Read every answer in order; the Produce answers' error codes."""
         codes = []
         for correlation_id in range(1, self.count + 2):
-            (size,) = struct.unpack(">i", recv_exact(self.sock, 4))
+            payload = self.client.recv_frame()
             api = FETCH if correlation_id == 1 else PRODUCE
-            got, response = decode_response(
-                api, 4 if api == FETCH else 9, recv_exact(self.sock, size)
-            )
+            got, response = decode_response(api, 4 if api == FETCH else 9, payload)
             assert got == correlation_id
             if api == PRODUCE:
                 codes.append(int(response.responses[0].partition_responses[0].error_code))
@@ -143,7 +131,7 @@ class Pipeline:
         return codes
 
     def close(self) -> None:
-        self.sock.close()
+        self.client.close()
 
 
 def log_end(proc: BrokerProcess, topic: str) -> int:
@@ -250,21 +238,20 @@ def test_half_sent_requests_never_hold_the_budget_against_each_other(
     ).start()
     topic = create_topic(proc)
     frames = [produce_request(topic, MIB - 1024, 1) for _ in range(10)]
-    socks = [socket.create_connection(("127.0.0.1", proc.port), timeout=30) for _ in frames]
+    clients = [RawClient(proc.port, timeout=30) for _ in frames]
     try:
-        for sock, data in zip(socks, frames, strict=True):
-            sock.sendall(data[: len(data) // 2])
+        for client, data in zip(clients, frames, strict=True):
+            client.send(data[: len(data) // 2])
         time.sleep(0.5)
-        for sock, data in zip(socks, frames, strict=True):
-            sock.sendall(data[len(data) // 2 :])
-        for sock in socks:
-            (size,) = struct.unpack(">i", recv_exact(sock, 4))
-            got, response = decode_response(PRODUCE, 9, recv_exact(sock, size))
+        for client, data in zip(clients, frames, strict=True):
+            client.send(data[len(data) // 2 :])
+        for client in clients:
+            got, response = decode_response(PRODUCE, 9, client.recv_frame())
             assert got == 1
             assert response.responses[0].partition_responses[0].error_code == 0
     finally:
-        for sock in socks:
-            sock.close()
+        for client in clients:
+            client.close()
     assert log_end(proc, topic) == len(frames)
 
 
