@@ -951,12 +951,13 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     max_compaction_lag_ms: int = LONG_MAX
     delete_retention_ms: int = 86_400_000
+    #: True when the cleaner keeps the latest record per key (cleanup.policy has compact);
+    #: such a topic also refuses records without a key. A field set from cleanup_policy, not
+    #: a property: every Produce asks.
+    compact: bool = field(init=False, repr=False, compare=False)
 
-    @property
-    def compact(self) -> bool:
-        """True when the cleaner keeps the latest record per key (cleanup.policy has compact);
-        such a topic also refuses records without a key."""
-        return "compact" in self.cleanup_policy
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "compact", "compact" in self.cleanup_policy)
 
     @classmethod
     def from_topic_configs(cls, configs: Mapping[str, str]) -> LogConfig:

@@ -298,6 +298,7 @@ class ReplicaManager:
         records: bytes,
         *,
         coordinator: bool = False,
+        acks_all: bool = False,
         verified: Collection[tuple[int, int, TopicPartition]] = (),
     ) -> AppendInfo:
         """Validate and append one partition's produce data; all or nothing.
@@ -305,17 +306,25 @@ class ReplicaManager:
         `coordinator`: the writer is a coordinator of this broker (Kafka's coordinator
         origin), which verified the producer itself: no KIP-890 check, no sequence rules,
         and several batches are allowed (a client's data must be one batch).
+        `acks_all`: a client's acks=all, refused (NOT_ENOUGH_REPLICAS, nothing written) while
+        the ISR is smaller than min.insync.replicas, as a coordinator's writes always are
+        (Kafka's `Partition.appendRecordsToLeader`).
         """
         plog = self.partition(tp)
         leader_epoch = LEADER_EPOCH
         if self.clustered:
             leader = self.cluster_partition(tp).check_leader()
             leader_epoch = leader.leader_epoch
-            if coordinator and leader.under_min_isr(plog.config.min_insync_replicas):
+            if (coordinator or acks_all) and leader.under_min_isr(plog.config.min_insync_replicas):
                 raise NotEnoughReplicas(
                     f"{tp}: ISR {sorted(leader.isr)} is smaller than min.insync.replicas "
                     f"{plog.config.min_insync_replicas}"
                 )
+        elif acks_all and plog.config.min_insync_replicas > 1:  # the ISR is this broker
+            raise NotEnoughReplicas(
+                f"{tp}: ISR [{self.config.node_id}] is smaller than min.insync.replicas "
+                f"{plog.config.min_insync_replicas}"
+            )
         validated = validate_produce_records(
             records,
             plog.config.max_message_bytes,

@@ -507,7 +507,7 @@ class PartitionLog:
                 and self._roll_due(
                     seg,
                     seg.size + header.size,
-                    self._rolling_timestamp(seg),
+                    seg.first_batch_timestamp,  # `_rolling_timestamp`, without the call
                     header.max_timestamp,
                     next_offset,
                     seg.index.entries,
@@ -517,7 +517,7 @@ class PartitionLog:
             return None
         data = records.data
         head, stored = stamp_batch(data, base_offset, leader_epoch, header)
-        seg.append((head, memoryview(data)[HEADER_SIZE:]), ((0, stored),))
+        seg.append_batch(head, memoryview(data)[HEADER_SIZE:], stored)
         if slot:
             state.append_next(slot, header, base_offset)
         state.map_end_offset = next_offset

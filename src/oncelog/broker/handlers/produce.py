@@ -22,7 +22,7 @@ from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
 from oncelog.broker.purgatory import Delayed
-from oncelog.errors import ErrorCode, KafkaError, NotEnoughReplicas
+from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.fast_requests import produce_timeout_ms
 from oncelog.security.acl import AclOperation as Op
 from oncelog.storage.partition_log import AppendInfo
@@ -247,9 +247,7 @@ def _append_partition(
             raise _invalid_acks(acks)
         if refused and tp in refused:
             raise _Unverified(refused[tp], tp)
-        if acks == -1:
-            _check_min_isr(replicas, tp)
-        info: AppendInfo = replicas.append(tp, records, verified=verified)
+        info: AppendInfo = replicas.append(tp, records, acks_all=acks == -1, verified=verified)
     except _Unverified as exc:
         entry.update(error_code=exc.error_code, error_message=str(exc))
         return None
@@ -315,19 +313,6 @@ def _replicated(
         )
         return True
     return False
-
-
-def _check_min_isr(replicas: Any, tp: TopicPartition) -> None:
-    """Kafka refuses acks=all while the in-sync replicas are fewer than min.insync.replicas."""
-    required = replicas.partition(tp).config.min_insync_replicas
-    if required <= 1:
-        return  # the leader is always in its own ISR
-    in_sync = replicas.in_sync_replicas(tp)
-    if required > in_sync:
-        raise NotEnoughReplicas(
-            f"{tp}: the in-sync replicas [{in_sync}] are fewer than "
-            f"min.insync.replicas {required}"
-        )
 
 
 def _invalid_acks(acks: int) -> KafkaError:

@@ -15,7 +15,7 @@ exactly as received apart from those two fields.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import NamedTuple
 
 from crc32c import crc32c
@@ -167,26 +167,21 @@ def rewrite_offsets(
     _EPOCH.pack_into(batch, pos + 12, partition_leader_epoch)
 
 
-def stamp_batch(
-    data: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int, header: BatchHeader
-) -> tuple[bytes | bytearray, BatchHeader]:
-    """A leader's two fields for a batch it appends: the batch's header bytes with them set
-    (the rest of the batch is written as received) and `header` with them replaced. In C
-    when built (one call on every append); `stamp_batch_python` is the reference."""
-    if _speedups is not None:
-        stamped: tuple[bytes, BatchHeader] = _speedups.stamp_batch(
-            data, base_offset, leader_epoch, header
-        )
-        return stamped
-    return stamp_batch_python(data, base_offset, leader_epoch, header)
-
-
 def stamp_batch_python(
     data: bytes | bytearray | memoryview, base_offset: int, leader_epoch: int, header: BatchHeader
 ) -> tuple[bytes | bytearray, BatchHeader]:
     head = bytearray(memoryview(data)[:HEADER_SIZE])
     rewrite_offsets(head, 0, base_offset, leader_epoch)
     return head, header._replace(base_offset=base_offset, partition_leader_epoch=leader_epoch)
+
+
+#: A leader's two fields for a batch it appends: the batch's header bytes with them set (the
+#: rest of the batch is written as received) and its header with them replaced. Bound to the
+#: C function when built (one call on every append, without a Python frame around it);
+#: `stamp_batch_python` is the reference.
+stamp_batch: Callable[
+    [bytes | bytearray | memoryview, int, int, BatchHeader], tuple[bytes | bytearray, BatchHeader]
+] = stamp_batch_python if _speedups is None else _speedups.stamp_batch
 
 
 def set_log_append_time(batch: bytearray, pos: int, size: int, timestamp: int) -> None:
