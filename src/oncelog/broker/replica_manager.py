@@ -475,13 +475,6 @@ class ReplicaManager:
                 return replicated
         return True
 
-    def in_sync_replicas(self, tp: TopicPartition) -> int:
-        """The committed ISR's size, which min.insync.replicas is checked against."""
-        if not self.clustered:
-            self.partition(tp)
-            return 1
-        return len(self.cluster_partition(tp).check_leader().isr)
-
     # -- cluster -------------------------------------------------------------------------------
 
     def apply_topic(
