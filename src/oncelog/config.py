@@ -266,6 +266,28 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         at_least=1,
     ),
     ConfigDef("socket.request.max.bytes", C.INT, "104857600", at_least=1),
+    # Kafka's ConfigDef has no bound here, but Java's socket refuses a size of 0 or below
+    # other than -1 (IllegalArgumentException), failing the listener or every connection.
+    ConfigDef(
+        "socket.send.buffer.bytes",
+        C.INT,
+        "102400",
+        at_least=1,
+        at_most=INT_MAX,
+        or_equal=-1,
+        doc="The SO_SNDBUF buffer of the socket server sockets. If the value is -1, the OS "
+        "default will be used.",
+    ),
+    ConfigDef(
+        "socket.receive.buffer.bytes",
+        C.INT,
+        "102400",
+        at_least=1,
+        at_most=INT_MAX,
+        or_equal=-1,
+        doc="The SO_RCVBUF buffer of the socket server sockets. If the value is -1, the OS "
+        "default will be used.",
+    ),
     ConfigDef("queued.max.requests", C.INT, "500", at_least=1),
     ConfigDef("max.connections.per.ip", C.INT, str(INT_MAX), at_least=0),
     ConfigDef(
@@ -304,6 +326,16 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("replica.fetch.backoff.ms", C.INT, "1000", at_least=0),
     ConfigDef("max.incremental.fetch.session.cache.slots", C.INT, "1000", at_least=0),
     ConfigDef("replica.socket.timeout.ms", C.INT, "30000"),
+    ConfigDef(
+        "replica.socket.receive.buffer.bytes",
+        C.INT,
+        "65536",
+        at_least=1,
+        at_most=INT_MAX,
+        or_equal=-1,
+        doc="The socket receive buffer for network requests to the leader for replicating "
+        "data (-1: the OS default).",
+    ),
     ConfigDef("replica.high.watermark.checkpoint.interval.ms", C.LONG, "5000", at_least=1),
     ConfigDef("auto.leader.rebalance.enable", C.BOOLEAN, "true"),
     ConfigDef("leader.imbalance.check.interval.seconds", C.LONG, "300", at_least=1),
@@ -444,15 +476,13 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
 )
 
 # Kafka broker keys of its sample server.properties that mean nothing to one oncelog node
-# (KRaft roles, inter-broker listeners, socket buffers, recovery threads): accepted, checked
+# (KRaft roles, inter-broker listeners, recovery threads): accepted, checked
 # with Kafka's bounds and ignored, so that file loads without "isn't a known config" warnings.
 KAFKA_UNUSED_CONFIGS: dict[str, ConfigDef] = _defs(
     ConfigDef("process.roles", C.LIST, "", one_of=("broker", "controller")),
     ConfigDef("controller.quorum.voters", C.LIST, ""),
     ConfigDef("controller.quorum.bootstrap.servers", C.LIST, ""),
     ConfigDef("controller.listener.names", C.STRING, None),
-    ConfigDef("socket.send.buffer.bytes", C.INT, "102400"),
-    ConfigDef("socket.receive.buffer.bytes", C.INT, "102400"),
     ConfigDef("num.recovery.threads.per.data.dir", C.INT, "1", at_least=1),
     ConfigDef("share.coordinator.state.topic.replication.factor", C.INT, "3", at_least=1),
     ConfigDef("share.coordinator.state.topic.min.isr", C.INT, "2", at_least=1),

@@ -7,6 +7,7 @@ per call (the replica fetcher makes a call per replication round)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -34,9 +35,13 @@ class Peer:
         self.most_outstanding = 0
         self.connections = 0
         self.served: list[int] = []
+        #: The window scale each connecting channel offered in its handshake.
+        self.window_scales: list[int] = []
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        info = writer.get_extra_info("socket").getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 8)
+        self.window_scales.append(info[6] & 0x0F)  # tcpi_snd_wscale: the peer's offer
         try:
             while True:
                 (size,) = struct.unpack(">i", await reader.readexactly(4))
@@ -235,6 +240,40 @@ def test_a_broken_answer_is_peer_unavailable_and_the_next_call_reconnects(
         peer.reset()
         assert await call(channel) == b"cba"
         assert peer.connections == 2
+        channel.close()
+
+    run(scenario)
+
+
+def test_a_receive_buffer_is_set_before_the_handshake() -> None:
+    """SO_RCVBUF (replica.socket.receive.buffer.bytes on a follower's channel) is in place
+    when the channel connects: the window scale it offers follows it, as in Kafka."""
+
+    async def scenario(peer: Peer, port: int) -> None:
+        small = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc", receive_buffer=4096)
+        os_default = BrokerChannel(1, "127.0.0.1", port, 5.0, "abc")
+        assert await call(small) == b"cba"
+        assert await call(os_default) == b"cba"
+        assert peer.window_scales[0] == 0 < peer.window_scales[1]
+        assert small._conn is not None and small._conn._transport is not None
+        sock = small._conn._transport.get_extra_info("socket")
+        assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF) == 2 * 4096  # Linux doubles
+        small.close()
+        os_default.close()
+
+    run(scenario)
+
+
+def test_a_channel_with_a_receive_buffer_resolves_names_and_a_refusal_is_unavailable() -> None:
+    async def scenario(peer: Peer, port: int) -> None:
+        with socket.socket() as taken:
+            taken.bind(("127.0.0.1", 0))
+            closed_port = taken.getsockname()[1]  # bound, not listening: refused
+            channel = BrokerChannel(1, "localhost", closed_port, 5.0, "abc", receive_buffer=4096)
+            with pytest.raises(PeerUnavailable, match=r"Errno 111"):
+                await call(channel)
+        channel = BrokerChannel(1, "localhost", port, 5.0, "abc", receive_buffer=4096)
+        assert await call(channel) == b"cba"
         channel.close()
 
     run(scenario)

@@ -308,6 +308,37 @@ def test_bound_message_names_key_value_and_bound() -> None:
     )
 
 
+BUFFER_KEYS = [
+    "socket.send.buffer.bytes",
+    "socket.receive.buffer.bytes",
+    "replica.socket.receive.buffer.bytes",
+]
+
+
+def test_socket_buffers_have_kafkas_defaults() -> None:
+    config = BrokerConfig()
+    assert [config.get_int(key) for key in BUFFER_KEYS] == [102400, 102400, 65536]
+
+
+@pytest.mark.parametrize("key", BUFFER_KEYS)
+@pytest.mark.parametrize("bad", ["0", "-2", "-2147483648", "2147483648", "100k"])
+def test_socket_buffers_are_a_size_or_minus_one(key: str, bad: str) -> None:
+    """-1 is the OS default; Kafka's ConfigDef takes any int, but Java's socket refuses a size
+    of 0 or below (the listener, or every connection, then fails), so oncelog refuses it at
+    start-up."""
+    with pytest.raises(InvalidConfig) as info:
+        BrokerConfig({key: bad})
+    if bad in ("0", "-2", "-2147483648"):  # an int, outside the bounds
+        assert str(info.value) == (
+            f"Invalid value {bad} for configuration {key}: "
+            "Value must be between 1 and 2147483647 or equal to -1"
+        )
+    else:
+        assert str(info.value) == f"Invalid value '{bad}' for configuration {key}"
+    for good in ("-1", "1", "4096", "2147483647"):
+        assert BrokerConfig({key: good}).get_int(key) == int(good)
+
+
 @pytest.mark.parametrize(
     "key", ["log.retention.ms", "log.retention.minutes", "log.retention.hours"]
 )
@@ -376,7 +407,7 @@ def test_unknown_keys_get_one_warning_each(caplog: pytest.LogCaptureFixture) -> 
             "log.segmnt.bytes": "1",
             "num.partitions": "3",
             "retention.ms": "5",  # a topic key is not a broker config, in Kafka either
-            "socket.send.buffer.bytes": "102400",  # Kafka's, ignored by oncelog: no warning
+            "num.recovery.threads.per.data.dir": "1",  # Kafka's, ignored by oncelog: no warning
             "oncelog.testing.crash.after.prepare": "false",
         }
     )

@@ -61,14 +61,18 @@ ROLLED_FLUSH_INTERVAL_S = 1.0
 EXIT_STARTUP_FAILED = 1
 
 
-def bind_listener(listener: Listener) -> socket.socket:
+def bind_listener(listener: Listener, receive_buffer: int = -1) -> socket.socket:
     """Bind the listener's address without listening yet: a taken port is found before the
     disk is touched, and clients are refused (not left waiting) until the broker serves."""
-    return bind_address(listener.host, listener.port, f"{listener.host}:{listener.port}")
+    where = f"{listener.host}:{listener.port}"
+    return bind_address(listener.host, listener.port, where, receive_buffer)
 
 
-def bind_address(host: str, port: int, where: str) -> socket.socket:
-    """Bind `host:port` (not yet listening); StartupError naming `where` if it cannot be."""
+def bind_address(host: str, port: int, where: str, receive_buffer: int = -1) -> socket.socket:
+    """Bind `host:port` (not yet listening); StartupError naming `where` if it cannot be.
+    `receive_buffer` (socket.receive.buffer.bytes, -1: the OS's autotuned default) is set on
+    the listening socket, as Kafka does: accepted sockets inherit it, and it must be in place
+    before their handshake, which fixes the window scale they offer."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -79,6 +83,8 @@ def bind_address(host: str, port: int, where: str) -> socket.socket:
     try:
         # as asyncio's create_server: a restart may rebind while old connections linger
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if receive_buffer != -1:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
         sock.bind(address)
     except OSError as exc:
         sock.close()
@@ -89,9 +95,10 @@ def bind_address(host: str, port: int, where: str) -> socket.socket:
 def bind_listeners(config: BrokerConfig) -> list[socket.socket]:
     """Bind every listener of `listeners` (see bind_listener); all or none."""
     socks: list[socket.socket] = []
+    receive_buffer = config.get_int("socket.receive.buffer.bytes")
     try:
         for listener in config.listeners:
-            socks.append(bind_listener(listener))
+            socks.append(bind_listener(listener, receive_buffer))
     except StartupError:
         _close_all(socks)
         raise
@@ -304,6 +311,7 @@ class BrokerServer:
         )
         max_auth_frame = self.config.get_int("sasl.server.max.receive.size")
         failed_auth_delay_ms = self.config.get_int("connection.failed.authentication.delay.ms")
+        send_buffer = self.config.get_int("socket.send.buffer.bytes")
 
         def new_connection() -> Connection:
             assert self.dispatcher is not None
@@ -320,6 +328,7 @@ class BrokerServer:
                 failed_auth_delay_ms=failed_auth_delay_ms,
                 memory=self.request_memory,
                 admit=self._admit,
+                send_buffer=send_buffer,
             )
             self.connections.add(conn)
             return conn

@@ -55,9 +55,11 @@ class Connection(asyncio.BufferedProtocol):
         failed_auth_delay_ms: int = 100,
         memory: RequestMemory | None = None,
         admit: Callable[[Connection], str | None] | None = None,
+        send_buffer: int = -1,
     ) -> None:
         """With `authenticator` (a SASL listener) frames go to it until it has authenticated
-        the client; only then to the dispatcher, with its principal."""
+        the client; only then to the dispatcher, with its principal. `send_buffer`: the
+        socket's SO_SNDBUF (socket.send.buffer.bytes; -1 leaves the OS's autotuning)."""
         self.id = f"conn-{next(_ids)}"
         self._dispatcher = dispatcher
         self._max_frame_bytes = max_frame_bytes
@@ -73,6 +75,7 @@ class Connection(asyncio.BufferedProtocol):
         self._memory = memory
         #: Asked once the peer is known: why the connection is refused, or None.
         self._admit = admit
+        self._send_buffer = send_buffer
         #: Counted by `admit` (so its closing is counted off again).
         self.admitted = False
         self.client_ip = ""
@@ -122,6 +125,10 @@ class Connection(asyncio.BufferedProtocol):
                 transport.close()
                 return
             self.admitted = True
+        if self._send_buffer != -1:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self._send_buffer)
         if self._auth is None:
             self.principal = ssl_principal(transport.get_extra_info("peercert")) or ANONYMOUS
         if transport.get_extra_info("ssl_object") is None:

@@ -105,9 +105,13 @@ class BrokerChannel:
         timeout_s: float,
         client_id: str,
         security: ChannelSecurity | None = None,
+        receive_buffer: int = -1,
     ) -> None:
+        """`receive_buffer`: the connection's SO_RCVBUF, -1 for the OS default (Kafka sets
+        replica.socket.receive.buffer.bytes on its replica fetchers' connections only)."""
         self.node_id = node_id
         self.security = security
+        self.receive_buffer = receive_buffer
         #: Names the sending broker and its purpose, as Kafka's `broker-1-fetcher-0` does:
         #: the peer's logs (and fault-injecting proxies in tests) can tell who is calling.
         self.client_id = client_id.encode()
@@ -196,7 +200,9 @@ class BrokerChannel:
 
     async def _connect(self) -> None:
         context = self.security.ssl_context if self.security is not None else None
-        self._conn = await PeerConnection.open(self.host, self.port, MAX_RESPONSE_BYTES, context)
+        self._conn = await PeerConnection.open(
+            self.host, self.port, MAX_RESPONSE_BYTES, context, self.receive_buffer
+        )
         if self.security is not None and self.security.mechanism is not None:
             await self._authenticate(self.security)
 

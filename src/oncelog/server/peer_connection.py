@@ -10,6 +10,7 @@ passes through costs (bench/replication_cpu.py --cold, issue 15).
 from __future__ import annotations
 
 import asyncio
+import socket
 import ssl
 from collections import deque
 
@@ -34,15 +35,28 @@ class PeerConnection(asyncio.BufferedProtocol):
         port: int,
         max_answer_bytes: int,
         ssl_context: ssl.SSLContext | None = None,
+        receive_buffer: int = -1,
     ) -> PeerConnection:
+        """`receive_buffer`: SO_RCVBUF (-1: the OS's autotuned default), set before the
+        handshake as Kafka does, since the window scale we offer there follows it
+        (create_connection has no hook before it connects)."""
         loop = asyncio.get_running_loop()
-        _, conn = await loop.create_connection(
-            lambda: cls(max_answer_bytes),
-            host,
-            port,
-            ssl=ssl_context,
-            server_hostname=host if ssl_context is not None else None,
-        )
+        server_hostname = host if ssl_context is not None else None
+        if receive_buffer == -1:
+            _, conn = await loop.create_connection(
+                lambda: cls(max_answer_bytes),
+                host,
+                port,
+                ssl=ssl_context,
+                server_hostname=server_hostname,
+            )
+        else:
+            _, conn = await loop.create_connection(
+                lambda: cls(max_answer_bytes),
+                sock=await _connect(host, port, receive_buffer),
+                ssl=ssl_context,
+                server_hostname=server_hostname,
+            )
         return conn
 
     # -- asyncio callbacks -------------------------------------------------------------------
@@ -128,3 +142,27 @@ class PeerConnection(asyncio.BufferedProtocol):
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+
+async def _connect(host: str, port: int, receive_buffer: int) -> socket.socket:
+    """A socket connected to `host:port` with SO_RCVBUF set before connecting; each address
+    tried in turn, as create_connection does."""
+    loop = asyncio.get_running_loop()
+    error: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _, address in await loop.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM
+    ):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, receive_buffer)
+            await loop.sock_connect(sock, address)
+        except OSError as exc:
+            sock.close()
+            error = exc
+            continue
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+    raise error

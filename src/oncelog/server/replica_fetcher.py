@@ -70,6 +70,7 @@ class ReplicaFetcher:
         self.partition_max_bytes = config.get_int("replica.fetch.max.bytes")
         self.backoff_s = config.get_int("replica.fetch.backoff.ms") / 1000
         self.timeout_s = config.get_int("replica.socket.timeout.ms") / 1000
+        self.receive_buffer = config.get_int("replica.socket.receive.buffer.bytes")
         #: TLS / SASL to the leaders' inter-broker listener (set by the cluster runtime).
         self.security: ChannelSecurity | None = None
         self._links: dict[int, _Link] = {}
@@ -136,6 +137,7 @@ class ReplicaFetcher:
                     self.timeout_s,
                     f"broker-{self.node_id}-fetcher",
                     self.security,
+                    self.receive_buffer,
                 )
             try:
                 if not await self._round(channel, leader_id, link):
