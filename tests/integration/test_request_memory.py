@@ -216,8 +216,9 @@ def test_the_broker_budget_stops_connections_that_would_hold_more(
         assert waiting is not None and waiting >= clients // 2, waiting
         # Read together, as a client reads its connections. One after the other, a connection
         # whose Fetch answer (up to 1 MiB of the others' records) outgrows the socket buffers
-        # (socket.send.buffer.bytes: 100 KiB) would keep its queued requests, and their share
-        # of the budget, until its turn to be read, while the one read first waits for them.
+        # (with Kafka's socket.send.buffer.bytes of 100 KiB, say) would keep its queued
+        # requests, and their share of the budget, until its turn to be read, while the one
+        # read first waits for them.
         with ThreadPoolExecutor(clients) as pool:
             assert list(pool.map(Pipeline.answers, pipelines)) == [[0] * count] * clients
     finally:

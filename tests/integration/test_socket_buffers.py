@@ -4,9 +4,9 @@
 client's handshake: the window scale the broker offers there (the client's TCP_INFO) follows
 it. `socket.send.buffer.bytes` is each accepted socket's SO_SNDBUF, and
 `replica.socket.receive.buffer.bytes` the SO_RCVBUF of a follower's connection to its leader;
-both are read with `ss` (skmem's rb/tb: Linux keeps twice the size set). -1 leaves the OS's
-default (and its autotuning); the broker serves at tiny sizes as at -1; 0 is refused at
-start-up in one line.
+both are read with `ss` (skmem's rb/tb: Linux keeps twice the size set). -1 (the listeners'
+default) leaves the OS's default and its autotuning; the broker serves at tiny sizes as at
+-1; 0 is refused at start-up in one line.
 """
 
 from __future__ import annotations
@@ -82,8 +82,8 @@ def socket_buffers(port_filter: str) -> list[tuple[str, str, str, int, int]]:
     ("setting", "expected"),
     [
         ("4096", "zero"),  # a window of a few KiB needs no scaling
-        (None, "below the OS default"),  # Kafka's 102400
-        ("-1", "the OS default"),
+        ("102400", "below the OS default"),  # Kafka's default
+        (None, "the OS default"),  # oncelog's: -1
     ],
 )
 def test_the_listener_receive_buffer_sets_the_window_scale_offered_in_the_handshake(
