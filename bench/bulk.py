@@ -654,7 +654,9 @@ def _phase(broker: Broker, role: str, spec: dict[str, Any], args: Any, tag: str)
 
 def run_oncelog(client: str, parts: int, args: Any, workdir: Path) -> dict[str, dict]:
     """Fresh broker, one topic; produce then consume with `client`; the broker is removed."""
-    broker = Broker(workdir, {"message.max.bytes": str(2 * args.batch_bytes)})
+    overrides = {"message.max.bytes": str(2 * args.batch_bytes)}
+    overrides.update(kv.split("=", 1) for kv in args.broker_conf)
+    broker = Broker(workdir, overrides)
     try:
         topic = f"bulk-{parts}p-{uuid.uuid4().hex[:6]}"
         broker.create_topic(topic, parts)
@@ -850,6 +852,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="KEY=VALUE",
         help="extra librdkafka setting for both rdkafka clients (repeatable)",
     )
+    p.add_argument(
+        "--broker-conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra broker setting (--override) for every oncelog case (repeatable)",
+    )
+    p.add_argument(
+        "--oncelog-rev",
+        help="run the broker from `git archive REV` instead of the installed work tree",
+    )
     p.add_argument("--repeat", type=int, default=1, help="passes over all cases; medians shown")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds per phase")
     p.add_argument("--dir", type=Path, help="where data dirs and the limit file go (/tmp)")
@@ -871,7 +884,11 @@ def main(argv: list[str]) -> int:
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="oncelog-bulk-", dir=args.dir))
-    info = pc.machine_info(None)
+    if args.oncelog_rev:
+        pc._use_snapshot(args.oncelog_rev, workdir / "oncelog-src")
+    info = pc.machine_info(args.oncelog_rev)
+    if args.broker_conf:
+        info["broker_conf"] = " ".join(args.broker_conf)
     info["loadavg_start"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print("machine:", json.dumps(info), flush=True)
     results: dict[str, list[dict]] = {}
