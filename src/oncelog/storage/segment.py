@@ -256,19 +256,8 @@ class LogSegment:
         caller answers an error, so the log must not keep a batch whose offsets the next append
         would reuse.
         """
-        start = self.size
         total = sum(map(len, pieces))
-        if total >= _RESERVE_MIN_WRITE and start + total > self._reserved and self._can_reserve:
-            self._reserve(start, total)
-        try:
-            written = 0
-            for i in range(0, len(pieces), _IOV_MAX):
-                written += os.writev(self._fd, pieces[i : i + _IOV_MAX])
-            if written != total:
-                raise OSError(f"short write to {self.log_path}: {written} of {total} bytes")
-        except OSError:
-            self._cut(start)
-            raise
+        start = self._write_at_end(pieces, total)
         saved = (self.max_timestamp, self._bytes_since_index)
         try:
             for rel, header in headers:
@@ -285,17 +274,8 @@ class LogSegment:
     def append_batch(self, head: bytes | bytearray, body: memoryview, header: BatchHeader) -> None:
         """`append` of one offset-assigned batch as its stamped header bytes and the rest
         (a client's Produce): the same steps and guarantees, without `append`'s loops."""
-        start = self.size
         total = len(head) + len(body)
-        if total >= _RESERVE_MIN_WRITE and start + total > self._reserved and self._can_reserve:
-            self._reserve(start, total)
-        try:
-            written = os.writev(self._fd, (head, body))
-            if written != total:
-                raise OSError(f"short write to {self.log_path}: {written} of {total} bytes")
-        except OSError:
-            self._cut(start)
-            raise
+        start = self._write_at_end((head, body), total)
         saved = (self.max_timestamp, self._bytes_since_index)
         self.max_timestamp = max(self.max_timestamp, header.max_timestamp)
         try:
@@ -307,6 +287,27 @@ class LogSegment:
         if self.first_batch_timestamp < 0:
             self.first_batch_timestamp = header.max_timestamp
         self.next_offset = header.base_offset + header.last_offset_delta + 1
+
+    def _write_at_end(self, pieces: Sequence[bytes | bytearray | memoryview], total: int) -> int:
+        """Write `pieces` (`total` bytes) after the segment's data, their blocks reserved
+        first when large; return where they begin. A failed or short write is cut off again.
+        The size is the caller's to move, once the index entries are in too."""
+        start = self.size
+        if total >= _RESERVE_MIN_WRITE and start + total > self._reserved and self._can_reserve:
+            self._reserve(start, total)
+        try:
+            if len(pieces) <= _IOV_MAX:
+                written = os.writev(self._fd, pieces)
+            else:
+                written = 0
+                for i in range(0, len(pieces), _IOV_MAX):
+                    written += os.writev(self._fd, pieces[i : i + _IOV_MAX])
+            if written != total:
+                raise OSError(f"short write to {self.log_path}: {written} of {total} bytes")
+        except OSError:
+            self._cut(start)
+            raise
+        return start
 
     def _undo_indexes(self, start: int, first_offset: int, saved: tuple[int, int]) -> None:
         """Take back a write at `start` whose index entries failed: the caller answers an
