@@ -143,12 +143,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--oncelog-rev", help="run the broker from `git archive REV`")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="held-requests-src-") as root:
-        if args.oncelog_rev:
-            pc._use_snapshot(args.oncelog_rev, Path(root) / "oncelog-src")
-        sys.path.insert(0, str(pc.REPO))
-        machine = pc.machine_info(args.oncelog_rev)
-        print(f"oncelog {args.oncelog_rev or 'work tree'}, machine {machine}")
+    with pc.oncelog_under_test(args.oncelog_rev, "held-requests-src-"):
         for i in range(args.rounds):
             print(f"round {i + 1}: {one_round(args.mib, args.request_max_mib * MIB)}")
 

@@ -40,6 +40,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -310,6 +311,20 @@ def _use_snapshot(rev: str, snapshot: Path) -> None:
     os.environ["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(snapshot / "src"), os.environ.get("PYTHONPATH")])
     )
+
+
+@contextlib.contextmanager
+def oncelog_under_test(rev: str | None, prefix: str) -> Iterator[dict[str, str]]:
+    """The broker's code for a bench script's run: `git archive REV` built in a temporary
+    directory when `rev` is given (else the work tree), the repository importable (tests/),
+    and the machine's description, printed as the run's first line and yielded."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as root:
+        if rev:
+            _use_snapshot(rev, Path(root) / "oncelog-src")
+        sys.path.insert(0, str(REPO))
+        machine = machine_info(rev)
+        print(f"oncelog {rev or 'work tree'}, machine {machine}")
+        yield machine
 
 
 def _speedups_loaded() -> str:

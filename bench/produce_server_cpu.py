@@ -164,12 +164,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--oncelog-rev", help="run the broker from `git archive REV`")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="produce-server-cpu-src-") as root:
-        if args.oncelog_rev:
-            pc._use_snapshot(args.oncelog_rev, Path(root) / "oncelog-src")
-        sys.path.insert(0, str(pc.REPO))
-        machine = pc.machine_info(args.oncelog_rev)
-        print(f"oncelog {args.oncelog_rev or 'work tree'}, machine {machine}")
+    with pc.oncelog_under_test(args.oncelog_rev, "produce-server-cpu-src-"):
         for spec in args.cases.split(","):
             case = produce_cpu.Case(spec)
             for i in range(args.rounds):
