@@ -70,6 +70,9 @@ class ValidatedRecords(NamedTuple):
     record_count: int
 
 
+_new_tuple = tuple.__new__
+
+
 def validate_produce_records(
     data: bytes, max_message_bytes: int, *, client: bool = True, compacted: bool = False
 ) -> ValidatedRecords:
@@ -86,8 +89,8 @@ def validate_produce_records(
         # The common case in one C call; anything it does not pass is judged (and worded)
         # below, which stays the reference.
         header = _speedups.check_client_batch(data, max_message_bytes, compacted, BatchHeader)
-        if header is not None:
-            return ValidatedRecords(data, [(0, header)], header.record_count)
+        if header is not None:  # tuple.__new__: without the NamedTuple's Python `__new__`
+            return _new_tuple(ValidatedRecords, (data, [(0, header)], header.record_count))
     if not data:
         raise InvalidRecord("produce request has no record batches for the partition")
     batches: list[tuple[int, BatchHeader]] = []

@@ -36,12 +36,28 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     denied = _unauthorized(ctx, request)
     asks = _verifications(ctx, request, denied)
     if not asks:
-        return _produce(ctx, request, frozenset(), {}, denied)
+        return _produce(ctx, request, _NOTHING_VERIFIED, {}, denied)
     return _after_verification(ctx, request, asks, denied)
 
 
 #: Bit 4 of a record batch's attributes (big-endian int16 at offset 21): transactional.
 _TRANSACTIONAL = 0x10
+_NOTHING_VERIFIED: frozenset[tuple[int, int, TopicPartition]] = frozenset()
+#: Read once: on CPython 3.11 each `ErrorCode.x` is a Python-level lookup (EnumType.__getattr__).
+_NONE = ErrorCode.none
+#: `tuple.__new__(TopicPartition, (topic, index))`: the NamedTuple without its Python-level
+#: `__new__`, for the one made per partition of every Produce.
+_new_tuple = tuple.__new__
+
+
+def _has_transactional_batch(request: Any) -> bool:
+    """Whether any partition's batch is transactional (one byte read per partition)."""
+    for topic in request.topic_data:
+        for pdata in topic.partition_data:
+            records = pdata.records
+            if records is not None and len(records) > 22 and records[22] & _TRANSACTIONAL:
+                return True
+    return False
 
 
 def _unauthorized(ctx: RequestContext, request: Any) -> dict[TopicPartition, ErrorCode]:
@@ -53,11 +69,7 @@ def _unauthorized(ctx: RequestContext, request: Any) -> dict[TopicPartition, Err
         return {}
     # Transactional batches in a request without a transactional id fail whole, authorizer
     # or not (Kafka's KafkaApis.handleProduceRequest); one byte per partition is read.
-    transactional = txn_id is not None or any(
-        len(p.records or b"") > 22 and (p.records[22] & _TRANSACTIONAL)
-        for t in request.topic_data
-        for p in t.partition_data
-    )
+    transactional = txn_id is not None or _has_transactional_batch(request)
     if not enabled and not transactional:
         return {}
     txn_denied = transactional and (
@@ -184,10 +196,10 @@ def _produce(
     for topic in request.topic_data:
         partitions = []
         for pdata in topic.partition_data:
-            tp = TopicPartition(topic.name, pdata.index)
+            tp = _new_tuple(TopicPartition, (topic.name, pdata.index))
             entry: dict[str, Any] = {
                 "index": pdata.index,
-                "error_code": ErrorCode.none,
+                "error_code": _NONE,
                 "base_offset": -1,
                 "log_append_time": -1,
                 "log_start_offset": -1,
