@@ -1,10 +1,12 @@
 """`ProducerStateManager.next_in_line` / `append_next`, the short way of the common append,
 against the rules (`find_duplicate`, `prepare`, `ProducerAppendInfo.append`, `update`): for
 any history of batches and markers, taking the short way whenever it offers itself leaves
-exactly the state, answers and errors the rules alone give."""
+exactly the state, answers and errors the rules alone give. Both ways of the short way run:
+the C helper's (`next_in_line`, when built) and the Python reference (`*_python`)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,11 +41,16 @@ def by_rules(state: ProducerStateManager, batch: BatchHeader) -> object:
     return "appended"
 
 
-def short_way(state: ProducerStateManager, batch: BatchHeader) -> object:
-    slot = state.next_in_line(batch)
+#: The short way's two implementations: the C helper's (the Python one when it is not
+#: built) and the Python reference.
+WAYS = [("next_in_line", "append_next"), ("next_in_line_python", "append_next_python")]
+
+
+def short_way(state: ProducerStateManager, batch: BatchHeader, way: tuple[str, str]) -> object:
+    slot = getattr(state, way[0])(batch)
     if not slot:
         return by_rules(state, batch)
-    state.append_next(slot, batch, batch.base_offset)
+    getattr(state, way[1])(slot, batch, batch.base_offset)
     return "appended"
 
 
@@ -67,10 +74,11 @@ step = st.tuples(
 )
 
 
+@pytest.mark.parametrize("way", WAYS)
 @settings(max_examples=300, deadline=None)
 @given(st.lists(step, max_size=40))
 def test_the_short_way_changes_nothing_the_rules_would_not(
-    steps: list[tuple[int, int, str, int, bool, bool | None]],
+    way: tuple[str, str], steps: list[tuple[int, int, str, int, bool, bool | None]]
 ) -> None:
     ours = ProducerStateManager(TP, tracker=ProducerTracker())
     rules = ProducerStateManager(TP, tracker=ProducerTracker())
@@ -93,7 +101,7 @@ def test_the_short_way_changes_nothing_the_rules_would_not(
             "none": -1,
         }[how]
         batch = header(pid, epoch, seq, delta, offset, 1_000 + offset, txn)
-        answer = short_way(ours, batch)
+        answer = short_way(ours, batch, way)
         assert answer == by_rules(rules, batch)
         if answer == "appended":
             last_seq[pid] = (seq + delta) % 2**31
@@ -103,14 +111,16 @@ def test_the_short_way_changes_nothing_the_rules_would_not(
         assert ours.ongoing_transactions() == rules.ongoing_transactions()
 
 
-def test_the_next_batch_of_a_known_producer_takes_the_short_way() -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_the_next_batch_of_a_known_producer_takes_the_short_way(way: tuple[str, str]) -> None:
     state = ProducerStateManager(TP, tracker=ProducerTracker())
+    next_in_line = getattr(state, way[0])
     assert by_rules(state, header(7, 0, 0, 4, 0, 1, False)) == "appended"
-    assert state.next_in_line(header(7, 0, 5, 0, 5, 2, False))
-    assert not state.next_in_line(header(7, 0, 0, 4, 0, 1, False))  # a retry
-    assert not state.next_in_line(header(7, 1, 0, 0, 5, 2, False))  # a new epoch
-    assert not state.next_in_line(header(7, 0, 5, 0, 5, 2, True))  # opens a transaction
-    assert not state.next_in_line(header(8, 0, 0, 0, 5, 2, False))  # unknown producer
+    assert next_in_line(header(7, 0, 5, 0, 5, 2, False))
+    assert not next_in_line(header(7, 0, 0, 4, 0, 1, False))  # a retry
+    assert not next_in_line(header(7, 1, 0, 0, 5, 2, False))  # a new epoch
+    assert not next_in_line(header(7, 0, 5, 0, 5, 2, True))  # opens a transaction
+    assert not next_in_line(header(8, 0, 0, 0, 5, 2, False))  # unknown producer
 
 
 def test_after_a_batch_without_sequence_the_next_must_start_at_zero() -> None:
@@ -121,7 +131,10 @@ def test_after_a_batch_without_sequence_the_next_must_start_at_zero() -> None:
     assert by_rules(state, after)[0] == "error"  # type: ignore[index]
 
 
-def test_a_cached_batch_at_the_next_sequence_is_a_retry_not_the_next_batch() -> None:
+@pytest.mark.parametrize("way", WAYS)
+def test_a_cached_batch_at_the_next_sequence_is_a_retry_not_the_next_batch(
+    way: tuple[str, str],
+) -> None:
     """Writes without sequence rules (a coordinator's) can leave cached batches that are not
     consecutive; a batch that matches one of them is a duplicate, never the short way."""
     state = ProducerStateManager(TP, tracker=ProducerTracker())
@@ -130,5 +143,13 @@ def test_a_cached_batch_at_the_next_sequence_is_a_retry_not_the_next_batch() -> 
         info.append(header(7, 0, seq, 0, offset, 1, False), check_sequence=False)
         state.update(info)
     retry = header(7, 0, 4, 0, 2, 1, False)
-    assert not state.next_in_line(retry)
+    assert not getattr(state, way[0])(retry)
     assert by_rules(state, retry) == ("duplicate", 0, 0)
+
+
+def test_the_c_helper_takes_the_short_way_where_the_tests_run() -> None:
+    """The C helper is built wherever the tests run, so WAYS holds both implementations."""
+    from oncelog.producer_state import manager
+
+    assert manager._c_next_in_line is not None
+    assert manager._c_append_next is not None

@@ -36,6 +36,7 @@ from oncelog.producer_state.entry import (
 )
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, BatchHeader
+from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -51,6 +52,10 @@ _NEXT = struct.Struct("<qhqiqBii")
 _LAST_TIMESTAMP = struct.Struct("<q")
 _LAST_TIMESTAMP_AT = 10
 _INT32 = struct.Struct("<i")
+#: The C helper's `next_in_line` / `append_next` on the packed record (None: not built, the
+#: Python methods below run; `tests/property` holds the two to each other).
+_c_next_in_line = getattr(_speedups, "next_in_line", None)
+_c_append_next = getattr(_speedups, "append_next", None)
 
 
 class ProducerStateManager:
@@ -122,6 +127,20 @@ class ProducerStateManager:
         )
 
     def next_in_line(self, header: BatchHeader) -> int:
+        if _c_next_in_line is not None:
+            return int(
+                _c_next_in_line(
+                    self._records,
+                    self._table,
+                    header.producer_id,
+                    header.producer_epoch,
+                    header.base_sequence,
+                    header.attributes & TRANSACTIONAL_FLAG,
+                )
+            )
+        return self.next_in_line_python(header)
+
+    def next_in_line_python(self, header: BatchHeader) -> int:
         """The slot of the producer's record when `header` is simply its next batch, else 0.
 
         The common case of every Produce, checked on the stored record without decoding it:
@@ -164,6 +183,21 @@ class ProducerStateManager:
     def append_next(self, slot: int, header: BatchHeader, base_offset: int) -> None:
         """Record a batch `next_in_line` accepted, appended at `base_offset` (as `stage` and
         `update` would)."""
+        if _c_append_next is not None:
+            _c_append_next(
+                self._records,
+                slot,
+                header.base_sequence,
+                header.last_offset_delta,
+                base_offset,
+                header.max_timestamp,
+            )
+            self.tracker.touch(slot)
+            return
+        self.append_next_python(slot, header, base_offset)
+
+    def append_next_python(self, slot: int, header: BatchHeader, base_offset: int) -> None:
+        """`append_next` in Python: the reference for the C helper, and its fallback."""
         records = self._records
         at = slot * RECORD_SIZE
         (last_timestamp,) = _LAST_TIMESTAMP.unpack_from(records, at + _LAST_TIMESTAMP_AT)
