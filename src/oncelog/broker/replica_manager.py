@@ -39,7 +39,7 @@ from oncelog.metadata.image import MetadataImage, TopicImage
 from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager, ProducerIdPool
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import HEADER_SIZE, parse_header
-from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanResult, LogCleaner
+from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanSwap, LogCleaner
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSettings, ReadResult
 from oncelog.storage.validator import validate_produce_records
@@ -648,23 +648,22 @@ class ReplicaManager:
             return None
         return self.cleaner.grab_filthiest(plog for _, plog in self.logs.partitions())
 
-    def finish_clean(self, plog: PartitionLog, job: CleanJob, result: CleanResult) -> bool:
-        """Swap a finished round in, unless its partition was deleted or replaced meanwhile;
-        whether it was. The caller writes the checkpoint files (the cleaner's offset) then,
-        in a worker as after retention (a crash before they are written only makes the next
-        round clean the same range again).
+    def finish_clean(self, cleaned: CleanSwap) -> bool:
+        """Apply a swap whose files were renamed in a worker (`LogCleaner.begin_swap`, then
+        `CleanSwap.run`); whether it went in whole. The caller writes the checkpoint files
+        (the cleaner's offset) then, in a worker as after retention (a crash before they are
+        written only makes the next round clean the same range again).
 
         A swap that fails half-way (a disk error) leaves the files for the next load to
         complete; the partition is reloaded from them now, as a start would.
         """
-        current = self.logs.get(job.tp)
         try:
-            return self.cleaner.finish(current if current is plog else None, job, result)
+            return self.cleaner.end_swap(cleaned)
         except OSError as exc:
-            log.error(
-                "%s: swapping cleaned segments failed: %s; reloading the partition", job.tp, exc
-            )
-            self.logs.reload(job.tp)
+            tp = cleaned.job.tp
+            log.error("%s: swapping cleaned segments failed: %s; reloading the partition", tp, exc)
+            if self.logs.get(tp) is cleaned.plog:
+                self.logs.reload(tp)
             return False
 
     def clean_failed(self, job: CleanJob, exc: BaseException) -> None:

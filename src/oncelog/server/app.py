@@ -4,8 +4,9 @@ Owns the listener, the connections, the purgatory timers and the housekeeping ta
 (retention, flushing rolled segments, checkpoints, idle connections, the log cleaner).
 The cleaner's rounds run in a worker process (`log.cleaner.threads` of them): a cleaning
 decodes records in Python and would otherwise take the event loop's share of the GIL; the
-loop only picks the partition and swaps the result in, which is short. SIGTERM and SIGINT
-stop it cleanly: connections are closed, logs flushed, the clean-shutdown marker written.
+loop only picks the partition and applies the swap, whose snapshot write, renames and
+fsyncs run in the default executor. SIGTERM and SIGINT stop it cleanly: connections are
+closed, logs flushed, the clean-shutdown marker written.
 
 Start-up goes port first, then the log dirs' locks, then the disk: a taken port or a log dir
 in use stops the broker before it writes anything. Every start-up failure is one line on
@@ -524,8 +525,10 @@ class BrokerServer:
     async def _clean(self) -> None:
         """Clean partitions until none needs it (Kafka's cleaner thread, then its backoff).
 
-        The round runs in the worker process on closed segments; the loop keeps serving and
-        swaps the result in afterwards (discarded if the segments changed meanwhile).
+        The round runs in the worker process on closed segments; the loop keeps serving.
+        The swap is noted here, its snapshot write, renames and directory fsyncs run in the
+        default executor (the loop pins the segments it replaces meanwhile), and the new
+        segments go into the log here; a result whose segments changed is discarded.
         """
         loop = asyncio.get_running_loop()
         while (picked := self.replicas.next_clean_job()) is not None:
@@ -540,7 +543,15 @@ class BrokerServer:
             except Exception as exc:
                 self.replicas.clean_failed(job, exc)
                 return
-            if self.replicas.finish_clean(plog, job, result):
+            current = self.replicas.logs.get(job.tp)  # None or another log: deleted, reloaded
+            cleaned = self.replicas.cleaner.begin_swap(
+                plog if current is plog else None, job, result
+            )
+            if cleaned is None:
+                continue
+            # Cancelled (the broker stopping), the worker goes on; closing the log settles it.
+            await loop.run_in_executor(None, cleaned.run)
+            if self.replicas.finish_clean(cleaned):
                 await self._write_checkpoint_files()
 
     def _stop_cleaner(self) -> None:

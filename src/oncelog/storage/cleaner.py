@@ -13,8 +13,11 @@ A cleaning round of one partition (Kafka's LogCleaner, transaction-aware):
    files, so it can run in a worker process: it maps each key of the dirty range to its
    latest offset (`OffsetMap`, bounded by `log.cleaner.dedupe.buffer.size`; a full map
    shortens the round), then rewrites groups of segments into `<base>.log.cleaned` files.
-3. `LogCleaner.finish` (back on the owner's thread) checks that the segments are still the
-   log's, swaps the cleaned files in (`swap.py`, crash-safe) and moves the checkpoint.
+3. The swap (`swap.py`, crash-safe), in three parts: `LogCleaner.begin_swap` (the owner's
+   thread) checks that the segments are still the log's and pins them; `CleanSwap.run` (a
+   worker thread: the producer snapshot, the renames and directory fsyncs) swaps the files;
+   `LogCleaner.end_swap` (the owner's thread) puts the new segments in the log's list and
+   moves the checkpoint.
 
 What a round keeps, per batch (offsets never change; emptied batches disappear unless kept):
 - a record whose key has a later offset in the map is removed; a record without a key too;
@@ -59,7 +62,7 @@ from oncelog.protocol.records.record import decode_varint, encode_varint
 from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.storage import swap
 from oncelog.storage.offset_map import OffsetMap
-from oncelog.storage.partition_log import PartitionLog
+from oncelog.storage.partition_log import PartitionLog, SegmentSwap
 from oncelog.storage.segment import LogSegment
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.types import TopicPartition
@@ -644,11 +647,25 @@ class _Candidate:
     ratio: float
 
 
+@dataclass(slots=True)
+class CleanSwap:
+    """A round's swap between `LogCleaner.begin_swap` and `end_swap`."""
+
+    plog: PartitionLog
+    job: CleanJob
+    result: CleanResult
+    pending: SegmentSwap
+
+    def run(self) -> None:
+        """The swap's renames, fsyncs and snapshot write (a worker thread)."""
+        self.plog.run_swap(self.pending)
+
+
 class LogCleaner:
     """Chooses the partition to clean (Kafka's LogCleanerManager) and swaps results in.
 
     Not thread-safe: it runs where the logs are owned (the event loop); only
-    `clean_segments` runs elsewhere.
+    `clean_segments` (a worker process) and `CleanSwap.run` (a worker thread) run elsewhere.
     """
 
     def __init__(self, settings: CleanerSettings, clock: Clock) -> None:
@@ -723,24 +740,47 @@ class LogCleaner:
             load_factor=self.settings.load_factor,
         )
 
-    def finish(
+    def begin_swap(
         self,
         plog: PartitionLog | None,
         job: CleanJob,
         result: CleanResult,
         crash: swap.CrashHook | None = None,
-    ) -> bool:
-        """Swap the cleaned segments into `plog` (None: the partition is gone); False (and
-        the files deleted) when its segments changed meanwhile."""
-        self.in_progress.pop(job.tp, None)
+    ) -> CleanSwap | None:
+        """Note the swap of a finished round into `plog` (the owner's thread; None: the
+        partition is gone). None, with the files deleted, when its segments changed
+        meanwhile; otherwise `CleanSwap.run` goes to a worker thread and `end_swap` back
+        here."""
         bases = [g.base_offset for g in result.groups]
         if plog is None or not plog.segments_unchanged(job.segments, result.end_offset):
+            self.in_progress.pop(job.tp, None)
             log.info("%s: segments changed while cleaning; result discarded", job.tp)
             swap.discard_cleaned(Path(job.directory), bases)
-            return False
-        plog.replace_segments(
+            return None
+        pending = plog.begin_swap(
             [(g.base_offset, g.old_bases) for g in result.groups], result.end_offset, crash
         )
+        return CleanSwap(plog, job, result, pending)
+
+    def end_swap(self, cleaned: CleanSwap) -> bool:
+        """Apply a swap whose files `CleanSwap.run` renamed (the owner's thread); False if it
+        was stopped (the log was truncated, closed or deleted meanwhile) or failed before its
+        commit. A failure after a commit is raised (OSError: reload the partition, whose load
+        finishes the swap)."""
+        job, result = cleaned.job, cleaned.result
+        try:
+            swapped = cleaned.plog.finish_swap(cleaned.pending)
+        finally:
+            self.in_progress.pop(job.tp, None)
+        if not swapped:
+            log.info(
+                "%s: cleaner swap stopped after %d of %d groups (the log changed meanwhile)",
+                job.tp,
+                len(cleaned.pending.done),
+                len(result.groups),
+            )
+            return False
+        plog = cleaned.plog
         plog.cleaner_checkpoint = result.end_offset
         plog.last_clean_ms = self.clock.wall_ms()
         plog.delete_horizon_ms = result.delete_horizon_ms
@@ -760,6 +800,20 @@ class LogCleaner:
             result.duration_ms,
         )
         return True
+
+    def finish(
+        self,
+        plog: PartitionLog | None,
+        job: CleanJob,
+        result: CleanResult,
+        crash: swap.CrashHook | None = None,
+    ) -> bool:
+        """`begin_swap`, `CleanSwap.run` and `end_swap` in this thread (tests, tools)."""
+        cleaned = self.begin_swap(plog, job, result, crash)
+        if cleaned is None:
+            return False
+        cleaned.run()
+        return self.end_swap(cleaned)
 
     def failed(self, job: CleanJob, exc: BaseException) -> None:
         """A round that raised: forget it; the files it wrote are deleted by the worker."""

@@ -142,6 +142,48 @@ class RecoveryCheckpoint:
     snapshot_written: bool = False
 
 
+@dataclass(slots=True)
+class SwappedGroup:
+    """One group of a swap done on disk by the worker, for the loop to apply."""
+
+    base_offset: int
+    segment: LogSegment
+    """The cleaned segment, loaded (by the worker, before the loop sees it)."""
+    retired: list[Path]
+    """The replaced segments' files, renamed to `.deleted`."""
+
+
+@dataclass(eq=False, slots=True)
+class SegmentSwap:
+    """A cleaner's swap of cleaned segments into one log: noted on the event loop
+    (`begin_swap`), its files renamed and fsynced in a worker thread (`run_swap`), applied to
+    the log's segment list on the loop (`finish_swap`). While it is in flight the replaced
+    segments are pinned: retention and DeleteRecords leave them alone, and a truncation,
+    close or deletion first settles the swap (`PartitionLog._settle_swap`)."""
+
+    groups: list[tuple[int, tuple[int, ...]]]
+    end: int
+    old: list[list[LogSegment]]
+    """The segments each group replaces (the log's objects, by group)."""
+    pinned: set[int]
+    """`id()`s of every segment of `old`."""
+    snapshot_offset: int
+    entries: Sequence[ProducerStateEntry]
+    """The producer state as of `snapshot_offset`, written if no snapshot at or above `end`
+    exists (a restart after the swap must not replay from below it)."""
+    generation: int
+    crash: swap.CrashHook
+    committed: int = 0
+    """Groups whose `.log.cleaned` the worker renamed to `.log.swap` (the commit point)."""
+    done: list[SwappedGroup] = field(default_factory=list)
+    applied: int = 0
+    """Groups of `done` applied to the log's segment list (on the loop)."""
+    idle: threading.Event = field(default_factory=threading.Event)
+    """Clear while the worker is between a group's commit and its end."""
+    snapshot_written: bool = False
+    error: Exception | None = None
+
+
 class ReadResult(NamedTuple):
     """One read's batches and the log's offsets at that moment (a NamedTuple: built per
     read, where a frozen dataclass's field-by-field `__init__` costs about 5x)."""
@@ -187,6 +229,8 @@ class PartitionLog:
         before is stale."""
         self._snapshot_floor = 0
         """Snapshots below it are unusable: the cleaner rewrote the log below it."""
+        self._swap: SegmentSwap | None = None
+        """The cleaner's swap in flight, if any (`begin_swap`)."""
         settings = producers or ProducerSettings()
         self.producer_state = ProducerStateManager(tp, settings.expiration_ms, settings.tracker)
         self.cleaner_checkpoint = 0
@@ -943,6 +987,7 @@ class PartitionLog:
         `offset` (a follower whose log end is below the leader's log start)."""
         if offset < 0:
             raise ValueError(f"{self.tp}: cannot start the log at offset {offset}")
+        self._settle_swap()
         with self._snapshot_lock:
             self._generation += 1
             for segment in self.segments:
@@ -1285,7 +1330,13 @@ class PartitionLog:
             self._flush_epochs()
 
     def _delete_segments_below_start(self) -> None:
-        while len(self.segments) > 1 and self.segments[1].base_offset <= self.log_start_offset:
+        """Segments a cleaner swap in flight replaces stay until it is applied (`finish_swap`
+        calls this again): the start offset hides them meanwhile."""
+        while (
+            len(self.segments) > 1
+            and self.segments[1].base_offset <= self.log_start_offset
+            and not self._pinned(self.segments[0])
+        ):
             self._delete_oldest()
 
     def _delete_oldest(self) -> None:
@@ -1310,6 +1361,7 @@ class PartitionLog:
             while (
                 self.segments
                 and self.segments[0].next_offset <= self.high_watermark
+                and not self._pinned(self.segments[0])  # swapped by the cleaner: next round
                 and self._expired(self.segments[0], now, retention_ms)
             ):
                 if len(self.segments) == 1:
@@ -1324,6 +1376,7 @@ class PartitionLog:
             while (
                 len(self.segments) > 1
                 and self.segments[0].next_offset <= self.high_watermark
+                and not self._pinned(self.segments[0])
                 and total - self.segments[0].size >= retention_bytes
             ):
                 total -= self.segments[0].size
@@ -1406,32 +1459,170 @@ class PartitionLog:
         groups: list[tuple[int, tuple[int, ...]]],
         end: int,
         crash: swap.CrashHook | None = None,
-    ) -> None:
-        """Swap cleaned segments (`<base>.log.cleaned`, ...) in for the segments they were
-        made of. Producer snapshots below `end` go first: a replay from one of them would
-        miss batches the cleaner removed (a transaction's data and marker)."""
+    ) -> bool:
+        """`begin_swap`, `run_swap` and `finish_swap` in this thread (tests, tools)."""
+        pending = self.begin_swap(groups, end, crash)
+        self.run_swap(pending)
+        return self.finish_swap(pending)
+
+    def begin_swap(
+        self,
+        groups: list[tuple[int, tuple[int, ...]]],
+        end: int,
+        crash: swap.CrashHook | None = None,
+    ) -> SegmentSwap:
+        """Note a swap of cleaned segments (`<base>.log.cleaned`, ...) for the segments each
+        group was made of (event loop; no IO). The segments must be the log's (the caller
+        checked `segments_unchanged`); they stay pinned until `finish_swap`."""
+        if self._swap is not None:
+            raise RuntimeError(f"{self.tp}: a cleaner swap is already in flight")
+        by_base = {s.base_offset: s for s in self.segments[:-1]}
+        old = [[by_base[b] for b in old_bases] for _, old_bases in groups]
+        state = self.producer_state
+        pending = SegmentSwap(
+            groups=groups,
+            end=end,
+            old=old,
+            pinned={id(s) for group in old for s in group},
+            snapshot_offset=state.map_end_offset,
+            entries=state.frozen_entries(),
+            generation=self._generation,
+            crash=crash or _no_crash,
+        )
+        pending.idle.set()
+        self._swap = pending
+        return pending
+
+    def run_swap(self, pending: SegmentSwap) -> None:
+        """The file work of a swap (a worker thread; never raises: the outcome is left in
+        `pending` for `finish_swap`).
+
+        1. A producer snapshot at or above `end` unless one exists, then the snapshots below
+           `end` go: a replay from one of them would miss batches the cleaner removed (a
+           transaction's data and marker).
+        2. Group by group, `swap.commit` under the lock, if the log was not truncated, closed
+           or deleted since `begin_swap` (those stop the swap before the next commit), then
+           `swap.complete` (renames, three directory fsyncs) and the new segment's load.
+
+        The loop keeps reading the replaced segments through their open descriptors."""
+        directory = self.directory
+        try:
+            if not self._swap_snapshot(pending):
+                return
+            for (base, old_bases), old in zip(pending.groups, pending.old, strict=True):
+                with self._snapshot_lock:
+                    if pending.generation != self._generation:
+                        return
+                    swap.commit(directory, base)
+                    pending.committed += 1
+                    pending.idle.clear()
+                pending.crash("log-swap")
+                retired = swap.complete(directory, base, old_bases, pending.crash)
+                new = LogSegment(directory, base, self.config.index_interval_bytes)
+                new.load(recover=False)
+                new.created_ms = old[0].created_ms
+                with self._snapshot_lock:
+                    pending.done.append(SwappedGroup(base, new, retired))
+                    pending.idle.set()
+        except Exception as exc:  # reported by finish_swap, on the loop
+            pending.error = exc
+        finally:
+            pending.idle.set()
+            if pending.error is None or not pending.committed:
+                # Stopped, or failed before its commit: the groups never committed are
+                # forgotten. After a commit the files stay as they are for a load to finish.
+                left = [b for b, _ in pending.groups[pending.committed :]]
+                with contextlib.suppress(OSError):
+                    swap.discard_cleaned(directory, left)
+
+    def _swap_snapshot(self, pending: SegmentSwap) -> bool:
+        """Step 1 of `run_swap`; False if the log changed meanwhile (the swap stops)."""
+        directory = self.directory
+        end = pending.end
+        if pending.generation != self._generation:  # (checked again under the lock)
+            return False
+        if pending.snapshot_offset >= end and not any(
+            offset >= end for offset in snapshot.list_snapshots(directory)
+        ):
+            # The roll's snapshot at or above `end` may not be written yet (flush_rolled
+            # writes it in a worker): a restart after this swap must find one.
+            offset = pending.snapshot_offset
+            tmp: Path | None = snapshot.write_pending(
+                directory, offset, snapshot.encode(offset, pending.entries)
+            )
+            try:
+                with self._snapshot_lock:
+                    if pending.generation != self._generation:
+                        return False
+                    assert tmp is not None
+                    snapshot.publish(tmp, directory, offset)
+                    tmp = None
+            finally:
+                if tmp is not None:
+                    tmp.unlink(missing_ok=True)
+            fsync_dir(directory)
+            pending.snapshot_written = True
         with self._snapshot_lock:
+            if pending.generation != self._generation:
+                return False
             self._snapshot_floor = max(self._snapshot_floor, end)
-            if not any(offset >= end for offset in snapshot.list_snapshots(self.directory)):
-                # The roll's snapshot at or above `end` may not be written yet (flush_rolled
-                # writes it in a worker): a restart after this swap must find one.
-                state = self.producer_state
-                state.take_snapshot(self.directory)
-                self._snapshot_offset = max(self._snapshot_offset, state.map_end_offset)
-            snapshot.delete_before(self.directory, end)
-        for base, old_bases in groups:
-            old = [s for s in self.segments if s.base_offset in old_bases]
-            first = self.segments.index(old[0])
+            snapshot.delete_before(directory, end)
+            snapshot.delete_older(directory, SNAPSHOTS_KEPT)
+        return True
+
+    def finish_swap(self, pending: SegmentSwap) -> bool:
+        """Apply the groups the worker swapped to the segment list (event loop); True if the
+        whole swap went in and the log was not truncated, closed or deleted meanwhile (the
+        groups swapped before such a change stay: each is whole). A failure before any
+        commit is logged and forgotten (False); one after a commit is raised, the files
+        being left for a load to finish (`swap.recover`)."""
+        self._apply_swapped(pending)
+        if self._swap is pending:
+            self._swap = None
+            self._delete_segments_below_start()  # DeleteRecords left the pinned segments
+        if pending.snapshot_written and pending.generation == self._generation:
+            self._snapshot_offset = max(self._snapshot_offset, pending.snapshot_offset)
+        if pending.error is not None:
+            if pending.committed:
+                raise pending.error
+            log.warning("%s: cleaner swap failed before its commit: %s", self.tp, pending.error)
+            return False
+        # A truncation meanwhile may have cut below the cleaned range: the cleaner's
+        # checkpoint must not move past it, even if every group went in before.
+        return len(pending.done) == len(pending.groups) and pending.generation == self._generation
+
+    def _apply_swapped(self, pending: SegmentSwap) -> None:
+        """Put the groups the worker finished in place of the segments they replace."""
+        for group in pending.done[pending.applied :]:
+            old = pending.old[pending.applied]
+            first = next(i for i, s in enumerate(self.segments) if s is old[0])
             for segment in old:
                 segment.close()
                 if segment in self._rolled_unflushed:
                     self._rolled_unflushed.remove(segment)
-            self._discard(swap.swap_in(self.directory, base, old_bases, crash or _no_crash))
-            new = LogSegment(self.directory, base, self.config.index_interval_bytes)
-            new.load(recover=False)
-            new.created_ms = old[0].created_ms
-            self.segments[first : first + len(old)] = [new]
-            self._bases[first : first + len(old)] = [base]
+            self._discard(group.retired)
+            self.segments[first : first + len(old)] = [group.segment]
+            self._bases[first : first + len(old)] = [group.base_offset]
+            pending.applied += 1
+
+    def _settle_swap(self) -> None:
+        """Before a truncation, close or deletion: stop the swap in flight before its next
+        commit, wait for a committed group to be complete (its renames and fsyncs: the only
+        wait on the loop, and only when such a change meets a swap half-way) and apply what
+        was swapped. Afterwards the worker touches none of the log's files (only its own
+        `.cleaned` and `.tmp` ones)."""
+        pending = self._swap
+        if pending is None:
+            return
+        with self._snapshot_lock:
+            self._generation += 1
+        pending.idle.wait()
+        self._apply_swapped(pending)
+        self._swap = None
+
+    def _pinned(self, segment: LogSegment) -> bool:
+        """True if a swap in flight replaces `segment` (retention must leave it)."""
+        return self._swap is not None and id(segment) in self._swap.pinned
 
     def truncate_to(self, offset: int) -> None:
         """Drop everything at or after `offset` (a follower diverging from its leader;
@@ -1445,6 +1636,7 @@ class PartitionLog:
             if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
                 self._flush_epochs()
             return
+        self._settle_swap()
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return
@@ -1465,6 +1657,7 @@ class PartitionLog:
             self._high_watermark = self._clamp_hw(self._high_watermark)
 
     def close(self, *, flush: bool = True) -> None:
+        self._settle_swap()
         with self._snapshot_lock:
             self._generation += 1
         if flush:
@@ -1485,6 +1678,7 @@ class PartitionLog:
         `discard_hook` to remove: unlinking gigabytes of segments takes the kernel a while,
         too long for the event loop, and a crash half way leaves a name no load takes for a
         partition (a topic created again under the same name starts empty)."""
+        self._settle_swap()  # no swap renames files in the directory once it is renamed
         self.leader_epoch_cache.close()
         with self._snapshot_lock:
             self._generation += 1

@@ -10,6 +10,10 @@ Kafka's suffixes: the cleaner writes `<base>.log.cleaned` (and `.index.cleaned`,
    deleted segments are (a load removes any left);
 3. `<base>.log.swap` -> `<base>.log` first, then the index `.swap` files.
 
+The log's swap (`PartitionLog.run_swap`) runs these steps in a worker thread: step 1
+(`commit`, one rename) under the log's lock, so a truncation, close or deletion either
+comes before it (and the swap stops) or waits for the committed group to be `complete`d.
+
 `recover` (at load, before segments are read) finishes or forgets an interrupted swap:
 without a `.log.swap` nothing was committed and `.cleaned` files are deleted; with one, the
 old segments it replaces (those starting in its offset range, and its own base) are
@@ -88,14 +92,19 @@ def _rename_if_present(src: Path, dst: Path) -> None:
         os.replace(src, dst)
 
 
-def swap_in(
+def commit(directory: Path, base: int) -> None:
+    """Step 1, the commit point: from here a crash leaves the cleaned segment (a load
+    finishes the swap). The caller holds the log's lock, so nothing cancels it half-way."""
+    os.replace(directory / _name(base, LOG, CLEANED), directory / _name(base, LOG, SWAP))
+
+
+def complete(
     directory: Path, base: int, old_bases: Iterable[int], crash: CrashHook = _no_crash
 ) -> list[Path]:
-    """Replace the segments `old_bases` by the cleaned segment `base` on disk (steps 1-3);
+    """Steps 2 and 3 of a committed swap (three directory fsyncs: a worker thread's job);
     the old segments' files are renamed to `.deleted` and returned, for the caller to
-    remove off the event loop."""
-    os.replace(directory / _name(base, LOG, CLEANED), directory / _name(base, LOG, SWAP))
-    crash("log-swap")
+    remove later. Nothing else may rename or delete these files meanwhile: the log pins
+    the old segments until the swap is applied (`PartitionLog.begin_swap`)."""
     for kind in INDEXES:
         _rename_if_present(
             directory / _name(base, kind, CLEANED), directory / _name(base, kind, SWAP)
@@ -114,6 +123,16 @@ def swap_in(
     fsync_dir(directory)
     crash("done")
     return retired
+
+
+def swap_in(
+    directory: Path, base: int, old_bases: Iterable[int], crash: CrashHook = _no_crash
+) -> list[Path]:
+    """Replace the segments `old_bases` by the cleaned segment `base` on disk (steps 1-3)
+    in one go (`commit`, then `complete`)."""
+    commit(directory, base)
+    crash("log-swap")
+    return complete(directory, base, old_bases, crash)
 
 
 def _base_of(name: str, suffix: str) -> int | None:
