@@ -38,7 +38,7 @@ from oncelog.errors import (
 from oncelog.metadata.image import MetadataImage, TopicImage
 from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager, ProducerIdPool
 from oncelog.producer_state.tracker import ProducerTracker
-from oncelog.protocol.records.batch import HEADER_SIZE, parse_header
+from oncelog.protocol.records.batch import HEADER_SIZE, TRANSACTIONAL_FLAG, parse_header
 from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanSwap, LogCleaner
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSettings, ReadResult
@@ -332,7 +332,7 @@ class ReplicaManager:
             compacted=plog.config.compact and not coordinator,
         )
         for _, header in validated.batches:
-            if header.is_transactional and not coordinator:
+            if header.attributes & TRANSACTIONAL_FLAG and not coordinator:  # no property call
                 key = (header.producer_id, header.producer_epoch, tp)
                 if key not in verified:
                     self._verify_transactional(plog, header.producer_id, header.producer_epoch)
