@@ -400,7 +400,8 @@ class PartitionLog:
 
     def _segment_index(self, offset: int) -> int:
         """Index of the segment that holds `offset` (the first one if it lies below)."""
-        return max(bisect.bisect_right(self._bases, offset) - 1, 0)
+        i = bisect.bisect_right(self._bases, offset) - 1
+        return i if i > 0 else 0
 
     # -- offsets -----------------------------------------------------------------------------
 
@@ -415,7 +416,7 @@ class PartitionLog:
     @property
     def high_watermark(self) -> int:
         """The stored value when replicated; otherwise the log end (a single broker)."""
-        return self._high_watermark if self._replicated else self.log_end_offset
+        return self._high_watermark if self._replicated else self.segments[-1].next_offset
 
     @property
     def replicated(self) -> bool:
@@ -658,7 +659,7 @@ class PartitionLog:
         yet below the high watermark), and never above the high watermark."""
         hw = self.high_watermark
         first_unstable = self.producer_state.first_unstable_offset(hw)
-        return hw if first_unstable is None else min(first_unstable, hw)
+        return hw if first_unstable is None or first_unstable > hw else first_unstable
 
     def append_marker(
         self,
@@ -1243,7 +1244,7 @@ class PartitionLog:
         aborted = None
         if read_committed:
             aborted = self.aborted_transactions(offset, data_end) if data else []
-        return ReadResult(data, hw, start, end, lso, aborted)
+        return _new_tuple(ReadResult, (data, hw, start, end, lso, aborted))
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= `timestamp`.

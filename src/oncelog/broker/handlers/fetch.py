@@ -52,6 +52,13 @@ if TYPE_CHECKING:
     from oncelog.storage.partition_log import PartitionLog, ReadResult
 
 
+#: Read once: on CPython 3.11 each `ErrorCode.x` is a Python-level lookup (EnumType.__getattr__).
+_NONE = ErrorCode.none
+#: `tuple.__new__(TopicPartition, (topic, index))`: the NamedTuple without its Python-level
+#: `__new__`, for the one made per partition of every Fetch.
+_new_tuple = tuple.__new__
+
+
 def handle(ctx: RequestContext, request: Any) -> Any:
     if request.replica_id >= 0 and not ctx.broker.replicas.clustered:
         return _top_level_error(ErrorCode.not_leader_or_follower)
@@ -63,7 +70,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     topics: list[tuple[str, Iterable[Any]]]
     if session is None:
         topics = [(t.topic, t.partitions) for t in request.topics]
-        tps = tuple(TopicPartition(name, p.partition) for name, parts in topics for p in parts)
+        tps = tuple([_new_tuple(TopicPartition, (n, p.partition)) for n, ps in topics for p in ps])
     else:
         # The session's lists stay as they are until a request adds or forgets partitions,
         # which is never while this one waits (its answer comes first).
@@ -218,6 +225,8 @@ def _unauthorized(ctx: RequestContext, follower: bool, topics: list[str]) -> dic
         if authz.authorize_cluster(ctx, Op.CLUSTER_ACTION):
             return {}
         return {t: ErrorCode.cluster_authorization_failed for t in topics}
+    if not authz.enabled(ctx):
+        return {}
     return {
         t: ErrorCode.topic_authorization_failed for t in topics if not authz.topic(ctx, Op.READ, t)
     }
@@ -299,7 +308,7 @@ class _Fetch:
                 leader: LeaderState | None = None
                 if code is None:
                     if session is None:
-                        tp = TopicPartition(name, index)
+                        tp = _new_tuple(TopicPartition, (name, index))
                     else:
                         tp = p.tp
                         if skip_idle and session.judge(p, by_tp, replica_id, self.now):
@@ -308,7 +317,8 @@ class _Fetch:
                             replica = by_tp.get(tp)
                             leader = replica.leader if replica is not None else None
                     try:
-                        limit = max(min(p.partition_max_bytes, self.budget - total), 0)
+                        limit = min(p.partition_max_bytes, self.budget - total)
+                        limit = limit if limit > 0 else 0
                         result = self._read(tp, p, limit, total == 0)
                     except KafkaError as exc:
                         code = exc.code
@@ -395,7 +405,7 @@ def _entry(index: int, result: ReadResult, read_committed: bool) -> dict[str, An
         ]
     return {
         "partition_index": index,
-        "error_code": ErrorCode.none,
+        "error_code": _NONE,
         "high_watermark": result.high_watermark,
         "last_stable_offset": result.last_stable_offset,
         "log_start_offset": result.log_start_offset,
@@ -421,7 +431,7 @@ def _error_entry(index: int, code: int, read_committed: bool) -> dict[str, Any]:
 def _response(session: FetchSession | None, responses: list[dict[str, Any]]) -> dict[str, Any]:
     return {
         "throttle_time": 0,
-        "error_code": ErrorCode.none,
+        "error_code": _NONE,
         "session_id": session.id if session is not None else INVALID_SESSION_ID,
         "responses": responses,
     }
