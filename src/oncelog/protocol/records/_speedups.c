@@ -883,6 +883,54 @@ done:
     return out;
 }
 
+/* read_client_id(frame, flexible): (client id, offset of the body) of a request header
+ * whose first 8 bytes `peek_ids` read, when it is plainly well formed (the client id a valid
+ * UTF-8 string or null, a flexible header without tagged fields); None for anything else,
+ * which oncelog.protocol.headers.read_client_id (the reference) then reads or refuses. */
+static PyObject *read_client_id(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    Py_buffer view;
+    int flexible;
+    if (fast_args(args, nargs, "read_client_id", "y*p", &view, &flexible) < 0)
+        return NULL;
+    PyObject *out = NULL, *client_id = NULL;
+    const unsigned char *buf = (const unsigned char *)view.buf;
+    Py_ssize_t pos = 8;
+    if (view.len < pos + 2)
+        goto fallback;
+    int16_t length = (int16_t)((uint16_t)buf[pos] << 8 | buf[pos + 1]);
+    pos += 2;
+    if (length >= 0) {
+        if (pos + length > view.len)
+            goto fallback;
+        client_id = PyUnicode_DecodeUTF8((const char *)buf + pos, length, "strict");
+        if (client_id == NULL) {
+            if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                goto done;
+            PyErr_Clear();
+            goto fallback;
+        }
+        pos += length;
+    } else if (length == -1) {
+        client_id = Py_NewRef(Py_None);
+    } else {
+        goto fallback;
+    }
+    if (flexible) {
+        if (pos >= view.len || buf[pos] != 0)
+            goto fallback;
+        pos++;
+    }
+    out = Py_BuildValue("(On)", client_id, pos);
+    goto done;
+fallback:
+    out = Py_NewRef(Py_None);
+done:
+    Py_XDECREF(client_id);
+    PyBuffer_Release(&view);
+    return out;
+}
+
 /* -- A producer's next batch on its packed state record (oncelog.producer_state.entry's
  * RECORD, little-endian "<qhqiqB" then MAX_CACHED_BATCHES x BATCH "<iiqq", newest first):
  * the common case of every idempotent Produce, `ProducerStateManager.next_in_line` and
@@ -2244,6 +2292,9 @@ static PyMethodDef methods[] = {
     {"append_next", (PyCFunction)(void (*)(void))ps_append_next, METH_FASTCALL,
      "append_next(records, slot, base_sequence, last_offset_delta, base_offset, "
      "max_timestamp): record a batch next_in_line accepted."},
+    {"read_client_id", (PyCFunction)(void (*)(void))read_client_id, METH_FASTCALL,
+     "read_client_id(frame, flexible): (client id, body offset) of a plainly well formed "
+     "request header, or None."},
     {"read_fetch", (PyCFunction)(void (*)(void))read_fetch, METH_FASTCALL,
      "read_fetch(view, offset, version, request_cls, topic_cls, partition_cls, forgotten_cls): "
      "a Fetch request body, or None when not plainly well formed."},
