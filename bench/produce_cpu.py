@@ -9,6 +9,9 @@ figures on this shared 2-core machine are noisy; callgrind's instruction counts 
         python bench/produce_cpu.py 8x100x100
 
 counts only the measured requests (divide by `--rounds`; the script prints the divisor).
+With `--consumer` each round also answers a consumer's Fetch (v12, no session, read_uncommitted)
+of what that Produce wrote, as a consumer tailing the log sends it (the latency benchmark's
+steady state, without the wait in the purgatory).
 A case is PARTITIONSxRECORDSxVALUE_BYTES: one idempotent acks=all Produce v9 with one batch of
 RECORDS records per partition, each request the producer's next batch. Without valgrind
 the script prints wall and CPU time per request; `--profile FILE` writes a cProfile.
@@ -47,6 +50,7 @@ from oncelog.protocol.records.record import encode_record
 
 TOPIC = "bench"
 PRODUCE_V = 9
+FETCH_V = 12
 INIT_PRODUCER_ID_V = 4
 
 
@@ -89,6 +93,37 @@ class Case:
                 "topic_data": [{"name": TOPIC, "partition_data": partitions}],
             },
         )
+
+
+def fetch_frame(partitions: int, offset: int) -> bytes:
+    """A consumer's Fetch of every partition at `offset` (librdkafka's shape: no session)."""
+    wanted = [
+        {
+            "partition": p,
+            "current_leader_epoch": 0,
+            "fetch_offset": offset,
+            "last_fetched_epoch": -1,
+            "log_start_offset": -1,
+            "partition_max_bytes": 1048576,
+        }
+        for p in range(partitions)
+    ]
+    return _frame(
+        1,
+        FETCH_V,
+        {
+            "replica_id": -1,
+            "max_wait": timedelta(milliseconds=100),
+            "min_bytes": 1,
+            "max_bytes": 52428800,
+            "isolation_level": 0,
+            "session_id": 0,
+            "session_epoch": -1,
+            "topics": [{"topic": TOPIC, "partitions": wanted}],
+            "forgotten_topics_data": [],
+            "rack_id": "",
+        },
+    )
 
 
 def broker(root: Path, partitions: int) -> Dispatcher:
@@ -135,6 +170,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--profile", help="write a cProfile of the measured part here")
+    parser.add_argument(
+        "--consumer", action="store_true", help="each round also answers a consumer's Fetch"
+    )
     args = parser.parse_args()
     case = Case(args.case)
     with tempfile.TemporaryDirectory(prefix="oncelog-produce-cpu-") as tmp:
@@ -144,10 +182,19 @@ def main() -> None:
             memoryview(case.produce(producer_id, epoch, r)).toreadonly()
             for r in range(args.warmup + args.rounds)
         ]
+        fetches = [
+            memoryview(fetch_frame(case.partitions, r * case.records)).toreadonly()
+            for r in range(args.warmup + args.rounds)
+        ]
+        rounds = iter(fetches)
 
         def measured(frame: memoryview) -> None:
             outcome = dispatcher.dispatch(frame, "bench")
             assert isinstance(outcome, Reply), outcome
+            fetch = next(rounds)
+            if args.consumer:
+                answer = dispatcher.dispatch(fetch, "consumer")
+                assert isinstance(answer, Reply), answer
 
         for frame in frames[: args.warmup]:
             measured(frame)
