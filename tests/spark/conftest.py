@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+
+from tests.spark.spark_env import java_conf, spark_env
 
 pytestmark = pytest.mark.spark
 
@@ -20,14 +21,15 @@ def spark_conf() -> dict[str, str]:
         "spark.sql.session.timeZone": "UTC",
         "spark.driver.memory": "1g",
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        **java_conf(),
     }
 
 
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """A local[2] SparkSession shared by the session's Spark tests."""
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    saved = {key: os.environ.get(key) for key in spark_env()}
+    os.environ.update(spark_env())  # read when the JVM and its Python workers start
     from pyspark.sql import SparkSession
 
     builder = SparkSession.builder.master("local[2]").appName("oncelog-tests")
@@ -37,6 +39,11 @@ def spark() -> Iterator[Any]:
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -24,6 +24,7 @@ import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.integration.helpers import create_topic
+from tests.spark.spark_env import JAVA_OPTIONS, spark_env
 
 BATCH = re.compile(r"^batch (\d+) (?:rows (\d+)|skipped)")
 
@@ -73,12 +74,7 @@ class PipelineProcess:
         self.lines: list[str] = []
         self._cond = threading.Condition()
         self._tree: set[int] = set()
-        env = {
-            **os.environ,
-            "PYSPARK_PYTHON": sys.executable,
-            "PYSPARK_DRIVER_PYTHON": sys.executable,
-            "PYTHONUNBUFFERED": "1",
-        }
+        env = {**os.environ, **spark_env(), "PYTHONUNBUFFERED": "1"}
         with open(log, "ab") as err:
             err.write(f"\n=== {' '.join(args)}\n".encode())
             self.proc = subprocess.Popen(
@@ -264,7 +260,8 @@ def averages_args(bootstrap: str, checkpoint: Path, *extra: str) -> list[str]:
     """Arguments of `pipeline averages` for tests: local[2,4] so Spark retries failed tasks."""
     return ["--bootstrap-server", bootstrap, "--input", INPUT, "--output", OUTPUT,
             "--checkpoint", str(checkpoint), "--master", "local[2,4]",
-            "--conf", "spark.driver.memory=768m", *extra]  # fmt: skip
+            "--conf", "spark.driver.memory=768m",
+            "--conf", f"spark.driver.extraJavaOptions={JAVA_OPTIONS}", *extra]  # fmt: skip
 
 
 #: Seconds a pipeline run may take before a test gives up on it.

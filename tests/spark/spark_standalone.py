@@ -27,12 +27,10 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-import pyspark
-
 from tests.spark.pipeline_process import descendants
+from tests.spark.spark_env import JAVA_OPTIONS, WHEEL_SPARK_HOME, spark_home
 
-SPARK_HOME = Path(pyspark.__file__).resolve().parent
-SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
+SPARK_CLASS = WHEEL_SPARK_HOME / "bin" / "spark-class"
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 EXECUTOR_CLASS = "org.apache.spark.executor.CoarseGrainedExecutorBackend"
@@ -185,12 +183,13 @@ class SparkStandalone:
     def env(self, **extra: str) -> dict[str, str]:
         return {
             **os.environ,
-            "SPARK_HOME": str(SPARK_HOME),
+            # The wheel's Spark; its executors' Python workers import the installed PySpark.
+            "SPARK_HOME": spark_home(),
             "SPARK_CONF_DIR": str(self.base / "conf"),
             "SPARK_LOCAL_IP": "127.0.0.1",
             "SPARK_LOCAL_DIRS": str(self.base / "local"),
             "SPARK_DAEMON_MEMORY": "256m",
-            "SPARK_DAEMON_JAVA_OPTS": f"-Dspark.worker.timeout={WORKER_TIMEOUT_S}",
+            "SPARK_DAEMON_JAVA_OPTS": f"-Dspark.worker.timeout={WORKER_TIMEOUT_S} {JAVA_OPTIONS}",
             "SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false",
             # The executors' Python workers: the venv's interpreter, which imports oncelog
             # and confluent-kafka.
@@ -318,6 +317,7 @@ class SparkStandalone:
             "spark.driver.bindAddress": "127.0.0.1",
             "spark.driver.memory": "768m",
             "spark.executor.memory": "512m",  # fits a 1g worker
+            "spark.executor.extraJavaOptions": JAVA_OPTIONS,
         }
 
     def driver_args(self) -> list[str]:

@@ -28,6 +28,7 @@ from oncelog.spark.sink import read_seal, transactional_producer
 from oncelog.spark.sink_options import SinkOptions
 from tests.broker_process import BrokerProcess
 from tests.integration.helpers import create_topic
+from tests.spark.spark_env import spark_env
 
 FORMAT = "oncelog"
 ROOT = Path(__file__).resolve().parents[2]
@@ -205,6 +206,7 @@ def test_failed_task_attempt_is_retried_exactly_once(broker: BrokerProcess, tmp_
         capture_output=True,
         text=True,
         timeout=300,
+        env={**os.environ, **spark_env()},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "injected failure in batch 1 partition 0 attempt 0" in proc.stderr
