@@ -17,7 +17,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -311,3 +311,24 @@ def batch_in_flight(checkpoint: Path, min_age: float = 0.0) -> int | None:
     except FileNotFoundError:
         return None
     return last if age >= min_age else None
+
+
+def kill_mid_batch(
+    checkpoint: Path, kill: Callable[[], None], what: str, after: int = -1, min_age: float = 0.3
+) -> int:
+    """Once a batch after `after` has been running for `min_age` s, `kill`; the batch (checked
+    to be unfinished then)."""
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while (batch := batch_in_flight(checkpoint, min_age)) is None or batch <= after:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"no batch in flight to {what} in")
+        time.sleep(0.05)
+    checked = time.time()
+    kill()
+    commit = checkpoint / "commits" / str(batch)
+    # Coarse file timestamps may lag a little: a commit written before the check is excluded
+    # by the check itself, this only guards against a kill that took long.
+    assert not commit.exists() or commit.stat().st_mtime >= checked - 0.05, (
+        f"batch {batch} finished before the {what}"
+    )
+    return batch

@@ -29,6 +29,7 @@ from tests.spark.pipeline_process import (
     PipelineProcess,
     averages_args,
     generate,
+    kill_mid_batch,
     pbroker,
     pipelines,
     run,
@@ -63,14 +64,14 @@ def test_driver_sigkill_while_executors_write(
         "--trigger-interval", "0 seconds",
     )  # fmt: skip
     first = run(pipelines, args, tmp_path / "p.log")
-    first.wait_for_batch(1, RUN_TIMEOUT)
-    time.sleep(0.8)  # batches take ~2 s here: batch 2 is being written
-    first.kill()
+    # Half a second into a batch after batch 1 (of 0-4), its tasks read, aggregate and write.
+    batch = kill_mid_batch(tmp_path / "ck", first.kill, "driver kill", after=1, min_age=0.5)
     # What Spark committed, from the checkpoint itself: the printed batch lines lag behind.
     committed = committed_batches(tmp_path / "ck")
     assert max(committed) < 4, "finished before the kill; nothing was tested"
+    assert max(committed) == batch - 1
     second = run_to_end(pipelines, args, tmp_path / "p.log")
-    assert second.batches()[0][0] == max(committed) + 1
+    assert second.batches()[0][0] == batch
     assert_exactly_once(analyse_kafka(pbroker.bootstrap, INPUT, OUTPUT))
 
 
@@ -127,7 +128,7 @@ def test_broker_sigkill_mid_run(
         analysis = analyse(sink, db, pbroker.bootstrap)
         if analysis.ok and sum(c for c, _ in analysis.expected.values()) == 1200:
             break
-        time.sleep(3)
+        time.sleep(1)
     if proc.proc.poll() is None:
         assert proc.terminate() == 0, "SIGTERM must stop the pipeline cleanly\n" + proc.tail()
     run_to_end(pipelines, args, tmp_path / "p.log")
@@ -197,10 +198,9 @@ def test_database_sink_driver_sigkill_during_foreach_batch(
         "--max-offsets-per-trigger", "300", "--trigger-interval", "0 seconds",
     )  # fmt: skip
     first = run(pipelines, args, tmp_path / "p.log")
-    first.wait_for_batch(1, RUN_TIMEOUT)
-    time.sleep(0.5)
-    first.kill()
-    run_to_end(pipelines, args, tmp_path / "p.log")
+    batch = kill_mid_batch(tmp_path / "ck", first.kill, "driver kill", after=1, min_age=0.5)
+    second = run_to_end(pipelines, args, tmp_path / "p.log")
+    assert second.batches()[0][0] == batch, "the restart must replay the unfinished batch"
     assert_exactly_once(analyse_sqlite(db, pbroker.bootstrap, INPUT))
 
 

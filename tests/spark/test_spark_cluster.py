@@ -19,7 +19,7 @@ import os
 import shutil
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -33,10 +33,10 @@ from tests.spark.pipeline_process import (
     RUN_TIMEOUT,
     PipelineProcess,
     averages_args,
-    batch_in_flight,
     checkpoint_batches,
     descendants,
     generate,
+    kill_mid_batch,
     pipelines,
     run,
     run_to_end,
@@ -131,25 +131,6 @@ def cluster_args(
                        "--trigger-interval", "0 seconds", *extra),
         *spark.driver_args(),
     ]  # fmt: skip
-
-
-def kill_mid_batch(checkpoint: Path, kill: Callable[[], None], what: str, after: int = -1) -> int:
-    """Once a batch after `after` has been running for 0.3 s, `kill`; the batch (checked to be
-    unfinished then)."""
-    deadline = time.monotonic() + RUN_TIMEOUT
-    while (batch := batch_in_flight(checkpoint, min_age=0.3)) is None or batch <= after:
-        if time.monotonic() > deadline:
-            raise AssertionError(f"no batch in flight to {what} in")
-        time.sleep(0.05)
-    checked = time.time()
-    kill()
-    commit = checkpoint / "commits" / str(batch)
-    # Coarse file timestamps may lag a little: a commit written before the check is excluded
-    # by the check itself, this only guards against a kill that took long.
-    assert not commit.exists() or commit.stat().st_mtime >= checked - 0.05, (
-        f"batch {batch} finished before the {what}"
-    )
-    return batch
 
 
 def wait_committed_after(checkpoint: Path, batch: int, proc: PipelineProcess) -> None:
