@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -28,28 +27,14 @@ from tests.integration.test_cleaner import (
     read_all,
     table,
 )
-from tests.storage.cleaner_util import send_plain
+from tests.storage.cleaner_util import record_fsyncs_and_renames, send_plain
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
-    """(function, thread ident) of every os.fsync and os.replace in this process."""
-    seen: list[tuple[str, int]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        seen.append(("fsync", threading.get_ident()))
-        real_fsync(fd)
-
-    def replace_(src: object, dst: object, **kw: object) -> None:
-        seen.append(("replace", threading.get_ident()))
-        real_replace(src, dst, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace_)
-    yield seen
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    return record_fsyncs_and_renames(monkeypatch)
 
 
 def test_the_broker_cleans_and_swaps_off_its_event_loop(

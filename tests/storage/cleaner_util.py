@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+
+import pytest
 
 from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, build_batch, iter_batches
 from oncelog.protocol.records.compression import Codec, batch_records, compress
@@ -133,3 +137,22 @@ def table(records: Sequence[tuple[int, bytes, bytes | None]]) -> dict[bytes, byt
 
 def tombstones(records: Sequence[tuple[int, bytes, bytes | None]]) -> list[int]:
     return [offset for offset, _, value in records if value is None]
+
+
+def record_fsyncs_and_renames(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    """(function, thread ident) of every os.fsync and os.replace in this process from now
+    on: which thread a swap's file work runs in."""
+    seen: list[tuple[str, int]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        seen.append(("fsync", threading.get_ident()))
+        real_fsync(fd)
+
+    def replace_(src: object, dst: object, **kw: object) -> None:
+        seen.append(("replace", threading.get_ident()))
+        real_replace(src, dst, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace_)
+    return seen

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +20,13 @@ from oncelog.errors import OffsetOutOfRange
 from oncelog.producer_state import snapshot
 from oncelog.storage.cleaner import CleanerSettings, CleanSwap, LogCleaner, clean_segments
 from oncelog.storage.partition_log import PartitionLog
-from tests.storage.cleaner_util import Producer, consume, send_plain, table
+from tests.storage.cleaner_util import (
+    Producer,
+    consume,
+    record_fsyncs_and_renames,
+    send_plain,
+    table,
+)
 from tests.storage.util import T0, open_log
 
 COMPACT = LogConfig(
@@ -122,22 +128,8 @@ def same_values(rows: Rows, before: Rows) -> None:
 
 
 @pytest.fixture
-def calls(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[tuple[str, int]]]:
-    """(function, thread ident) of every os.fsync and os.replace."""
-    seen: list[tuple[str, int]] = []
-    real_fsync, real_replace = os.fsync, os.replace
-
-    def fsync(fd: int) -> None:
-        seen.append(("fsync", threading.get_ident()))
-        real_fsync(fd)
-
-    def replace_(src: object, dst: object, **kw: object) -> None:
-        seen.append(("replace", threading.get_ident()))
-        real_replace(src, dst, **kw)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(os, "fsync", fsync)
-    monkeypatch.setattr(os, "replace", replace_)
-    yield seen
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
+    return record_fsyncs_and_renames(monkeypatch)
 
 
 def test_fsyncs_renames_and_snapshot_run_in_the_worker(

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Any, NamedTuple
 
 from oncelog.broker.context import ANONYMOUS, BrokerContext, RequestContext
@@ -282,8 +283,9 @@ class Dispatcher:
                 return Close(str(answer))
         if isinstance(answer, Delayed):
             _count_closes(answer, api_key, started, metrics)
-            finish = _finisher(api_key, version, correlation_id, metrics, started, follower, cls)
-            return Pending(answer, finish)
+            # Framed when the answer comes (a partial: what a closure would hold, cheaper).
+            ids = (api_key, version, correlation_id)
+            return Pending(answer, partial(_frame, *ids, metrics, started, follower, cls))
         framed = _frame(api_key, version, correlation_id, metrics, started, follower, cls, answer)
         return _new_tuple(Reply, (framed,))
 
@@ -338,23 +340,6 @@ def _frame(
     else:
         metrics.record_request(api_key, started)
     return framed
-
-
-def _finisher(
-    api_key: int,
-    version: int,
-    correlation_id: int,
-    metrics: BrokerMetrics,
-    started: float,
-    follower: bool,
-    cls: type[Any],
-) -> Callable[[Any], list[Buffer]]:
-    """`_frame` for an answer that comes later (a request waiting in the purgatory)."""
-
-    def finish(answer: Any) -> list[Buffer]:
-        return _frame(api_key, version, correlation_id, metrics, started, follower, cls, answer)
-
-    return finish
 
 
 def _count_closes(
