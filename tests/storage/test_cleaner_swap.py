@@ -27,16 +27,9 @@ from tests.storage.cleaner_util import (
     send_plain,
     table,
 )
+from tests.storage.test_cleaner import COMPACT
 from tests.storage.util import T0, open_log
 
-COMPACT = LogConfig(
-    segment_bytes=600,
-    cleanup_policy=("compact",),
-    min_cleanable_dirty_ratio=0.01,
-    delete_retention_ms=1000,
-    retention_ms=-1,
-    index_interval_bytes=100,
-)
 Rows = list[tuple[int, bytes, bytes | None]]
 
 
