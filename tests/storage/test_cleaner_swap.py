@@ -280,3 +280,74 @@ def test_a_deleted_and_recreated_partition_gets_nothing_of_the_swap(
     assert fresh.log_end_offset == 0
     # (the renamed directory, with whatever the swap left in it, goes whole)
     assert [p for p in retired if p.name.endswith("-delete")]
+
+
+class FailOnce:
+    """A crash hook that fails the swap's worker with a disk error at `step`, `times` times."""
+
+    def __init__(self, step: str, times: int = 1) -> None:
+        self.step = step
+        self.left = times
+
+    def __call__(self, at: str) -> None:
+        if at == self.step and self.left > 0:
+            self.left -= 1
+            raise OSError(5, "Input/output error (injected)")
+
+
+def test_truncation_completes_a_group_whose_worker_failed_after_the_commit(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The worker commits a group, then a disk error stops it half-way (old segments half
+    renamed away). A follower's truncation into that group before the loop applies the
+    swap completes the group first: truncating the old segments and appending to them would
+    leave a committed swap that the next load finishes over the truncated log, dropping the
+    append and putting back what was cut."""
+    plog = open_log(tmp_path, COMPACT, clock)
+    before = fill(plog)
+    c, cleaned = begin(plog, clock, FailOnce("deleted-old"))
+    first = cleaned.pending.old[0]
+    in_thread(cleaned.run).join()
+    assert cleaned.pending.error is not None and cleaned.pending.committed == 1
+    cut = first[-1].base_offset + 1  # inside the committed group
+    plog.truncate_to(cut)
+    assert not [s for s in plog.segments if any(s is o for o in first)]  # the cleaned one
+    assert plog.log_end_offset <= cut
+    assert not c.end_swap(cleaned)  # no error left to reload for; the checkpoint stays
+    # The old segments' files, the first renamed by the failed attempt, all went to be
+    # deleted (not left until a restart).
+    assert not [n for n in os.listdir(plog.directory) if n.endswith(".deleted")]
+    send_plain(plog, [(b"after", b"truncation")])
+    rows = consume(plog, read_committed=True)
+    assert rows[-1][1:] == (b"after", b"truncation")
+    assert all(off < cut for off, _, _ in rows[:-1])
+    same_values(rows[:-1], before)
+    reloaded = crash_reload(plog, COMPACT, clock)
+    assert consume(reloaded, read_committed=True) == rows
+    assert not leftovers(reloaded.directory)
+
+
+def test_truncation_is_refused_while_a_committed_group_cannot_be_completed(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The disk keeps failing: the truncation raises and changes nothing; applying the swap
+    raises too (the partition is reloaded), and the load completes the swap on the log as
+    it was."""
+    plog = open_log(tmp_path, COMPACT, clock)
+    before = fill(plog)
+    leo = plog.log_end_offset
+    c, cleaned = begin(plog, clock, FailOnce("deleted-old", times=2))
+    first = cleaned.pending.old[0]
+    in_thread(cleaned.run).join()
+    segments = list(plog.segments)
+    with pytest.raises(OSError, match="injected"):
+        plog.truncate_to(first[-1].base_offset + 1)
+    assert plog.segments == segments and plog.log_end_offset == leo
+    with pytest.raises(OSError, match="injected"):
+        c.end_swap(cleaned)
+    reloaded = crash_reload(plog, COMPACT, clock)
+    assert reloaded.log_end_offset == leo
+    rows = consume(reloaded, read_committed=True)
+    assert table(rows) == table(before)
+    same_values(rows, before)
+    assert not leftovers(reloaded.directory)

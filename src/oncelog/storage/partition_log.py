@@ -992,7 +992,7 @@ class PartitionLog:
         `offset` (a follower whose log end is below the leader's log start)."""
         if offset < 0:
             raise ValueError(f"{self.tp}: cannot start the log at offset {offset}")
-        self._settle_swap()
+        self._settle_swap(truncating=True)
         with self._snapshot_lock:
             self._generation += 1
             for segment in self.segments:
@@ -1522,12 +1522,9 @@ class PartitionLog:
                     pending.committed += 1
                     pending.idle.clear()
                 pending.crash("log-swap")
-                retired = swap.complete(directory, base, old_bases, pending.crash)
-                new = LogSegment(directory, base, self.config.index_interval_bytes)
-                new.load(recover=False)
-                new.created_ms = old[0].created_ms
+                group = self._complete_group(pending, base, old_bases, old)
                 with self._snapshot_lock:
-                    pending.done.append(SwappedGroup(base, new, retired))
+                    pending.done.append(group)
                     pending.idle.set()
         except Exception as exc:  # reported by finish_swap, on the loop
             pending.error = exc
@@ -1539,6 +1536,21 @@ class PartitionLog:
                 left = [b for b, _ in pending.groups[pending.committed :]]
                 with contextlib.suppress(OSError):
                     swap.discard_cleaned(directory, left)
+
+    def _complete_group(
+        self,
+        pending: SegmentSwap,
+        base: int,
+        old_bases: tuple[int, ...],
+        old: list[LogSegment],
+    ) -> SwappedGroup:
+        """Steps 2 and 3 of a committed group (`swap.complete`) and the cleaned segment's
+        load; safe to run again after a failure part-way."""
+        retired = swap.complete(self.directory, base, old_bases, pending.crash)
+        new = LogSegment(self.directory, base, self.config.index_interval_bytes)
+        new.load(recover=False)
+        new.created_ms = old[0].created_ms
+        return SwappedGroup(base, new, retired)
 
     def _swap_snapshot(self, pending: SegmentSwap) -> bool:
         """Step 1 of `run_swap`; False if the log changed meanwhile (the swap stops)."""
@@ -1610,18 +1622,41 @@ class PartitionLog:
             self._bases[first : first + len(old)] = [group.base_offset]
             pending.applied += 1
 
-    def _settle_swap(self) -> None:
+    def _settle_swap(self, *, truncating: bool = False) -> None:
         """Before a truncation, close or deletion: stop the swap in flight before its next
         commit, wait for a committed group to be complete (its renames and fsyncs: the only
         wait on the loop, and only when such a change meets a swap half-way) and apply what
         was swapped. Afterwards the worker touches none of the log's files (only its own
-        `.cleaned` and `.tmp` ones)."""
+        `.cleaned` and `.tmp` ones).
+
+        A group the worker committed but failed to complete (a disk error) is completed here.
+        If that fails again, a truncation must not go ahead: the next load would finish the
+        swap over the truncated log, putting back records cut away and dropping any appended
+        since. It raises instead, the swap stays noted, and `finish_swap` has the partition
+        reloaded, which completes the swap first. A close or deletion goes ahead (the load
+        after a close completes the swap on the log as it was)."""
         pending = self._swap
         if pending is None:
             return
         with self._snapshot_lock:
             self._generation += 1
         pending.idle.wait()
+        if pending.error is not None and pending.committed > len(pending.done):
+            at = len(pending.done)
+            base, old_bases = pending.groups[at]
+            try:
+                pending.done.append(
+                    self._complete_group(pending, base, old_bases, pending.old[at])
+                )
+                pending.error = None  # whole now: nothing is left for a load to finish
+                left = [b for b, _ in pending.groups[len(pending.done) :]]
+                with contextlib.suppress(OSError):  # the worker kept them for the load
+                    swap.discard_cleaned(self.directory, left)
+            except OSError as exc:
+                log.error("%s: completing a cleaner swap failed again: %s", self.tp, exc)
+                if truncating:
+                    self._apply_swapped(pending)
+                    raise
         self._apply_swapped(pending)
         self._swap = None
 
@@ -1641,7 +1676,7 @@ class PartitionLog:
             if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
                 self._flush_epochs()
             return
-        self._settle_swap()
+        self._settle_swap(truncating=True)
         if offset < self.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
             return

@@ -83,6 +83,7 @@ def _retire_segment(directory: Path, base: int) -> list[Path]:
         target = path.with_name(path.name + DELETED_SUFFIX)
         with contextlib.suppress(FileNotFoundError):
             os.replace(path, target)
+        if target.exists():  # renamed now, or by an attempt that failed after it
             retired.append(target)
     return retired
 
