@@ -285,7 +285,8 @@ class Dispatcher:
             _count_closes(answer, api_key, started, metrics)
             # Framed when the answer comes (a partial: what a closure would hold, cheaper).
             ids = (api_key, version, correlation_id)
-            return Pending(answer, partial(_frame, *ids, metrics, started, follower, cls))
+            framing = partial(_frame, *ids, metrics, started, follower, cls)
+            return _new_tuple(Pending, (answer, framing))
         framed = _frame(api_key, version, correlation_id, metrics, started, follower, cls, answer)
         return _new_tuple(Reply, (framed,))
 

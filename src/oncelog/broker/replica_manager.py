@@ -45,6 +45,10 @@ from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSett
 from oncelog.storage.validator import validate_produce_records
 from oncelog.types import TopicPartition
 
+#: `tuple.__new__(ReadResult, values)`: the NamedTuple without its Python-level `__new__`,
+#: for the one a caught-up follower's fetch makes per partition (the defaults must be given).
+_new_tuple = tuple.__new__
+
 log = logging.getLogger(__name__)
 
 LEADER_EPOCH = 0
@@ -583,9 +587,8 @@ class ReplicaManager:
         if fetch_offset == end and end >= plog.log_start_offset:
             # Caught up (a long poll parking, or its position after an append): nothing to
             # read, the answer is the offsets `read` would give.
-            result = ReadResult(
-                b"", plog.high_watermark, plog.log_start_offset, end, plog.last_stable_offset
-            )
+            hw, start, lso = plog.high_watermark, plog.log_start_offset, plog.last_stable_offset
+            result = _new_tuple(ReadResult, (b"", hw, start, end, lso, None))
         else:
             result = plog.read(fetch_offset, max_bytes, end, for_follower=True, regions=True)
         if now_ms is None:

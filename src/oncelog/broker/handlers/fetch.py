@@ -221,12 +221,12 @@ _Seen = tuple[
 def _unauthorized(ctx: RequestContext, follower: bool, topics: list[str]) -> dict[str, ErrorCode]:
     """A follower's fetch needs ClusterAction on the cluster, a consumer's Read on each topic
     (Kafka's KafkaApis.handleFetchRequest); the refused topics and their error."""
+    if not authz.enabled(ctx):
+        return {}
     if follower:
         if authz.authorize_cluster(ctx, Op.CLUSTER_ACTION):
             return {}
         return {t: ErrorCode.cluster_authorization_failed for t in topics}
-    if not authz.enabled(ctx):
-        return {}
     return {
         t: ErrorCode.topic_authorization_failed for t in topics if not authz.topic(ctx, Op.READ, t)
     }
