@@ -192,7 +192,8 @@ def worker_produce(spec: dict[str, Any]) -> dict[str, Any]:
 
 def worker_consume(spec: dict[str, Any]) -> dict[str, Any]:
     """Read every partition from offset 0 until all N arrived, timed from assign().
-    `spec["conf"]` adds librdkafka settings (bench/bulk.py's large fetches)."""
+    `spec["conf"]` adds librdkafka settings (bench/bulk.py's large fetches), then
+    `spec["consumer_conf"]` (`--consumer-setting`, the same for every target)."""
     from confluent_kafka import Consumer, TopicPartition
 
     n, size, parts, topic = spec["n"], spec["size"], spec["partitions"], spec["topic"]
@@ -209,6 +210,7 @@ def worker_consume(spec: dict[str, Any]) -> dict[str, Any]:
             # fetch.wait.max.ms on the caught-up partitions. Same value for both targets.
             "fetch.queue.backoff.ms": spec["fetch_queue_backoff_ms"],
             **spec.get("conf", {}),
+            **spec.get("consumer_conf", {}),
         }
     )
     try:
@@ -550,6 +552,7 @@ def run_case(
         "linger_ms": args.linger_ms,
         "idempotence": args.idempotence == "on",
         "fetch_queue_backoff_ms": args.fetch_queue_backoff_ms,
+        "consumer_conf": dict(kv.split("=", 1) for kv in args.consumer_setting),
     }
     tag = f"{target.name}-{row.size}b-{row.partitions}p-{row.n}"
     for phase in ("produce", "consume"):
@@ -782,6 +785,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=10,
         help="consumer fetch.queue.backoff.ms (librdkafka default 1000; see worker_consume)",
     )
+    p.add_argument(
+        "--consumer-setting",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra librdkafka consumer setting, the same for every target (e.g. "
+        "fetch.max.bytes=1048576: RESULTS.md section 1, nineteenth round)",
+    )
     p.add_argument("--repeat", type=int, default=1, help="runs per case; the median is shown")
     p.add_argument("--timeout", type=float, default=600.0, help="seconds per phase")
     p.add_argument("--profile", type=Path, help="write py-spy raw profiles of the broker here")
@@ -823,7 +834,8 @@ def main(argv: list[str]) -> int:
     print("machine:", json.dumps(info))
     print(
         f"idempotence={args.idempotence} acks=all linger.ms={args.linger_ms} "
-        f"fetch.queue.backoff.ms={args.fetch_queue_backoff_ms}",
+        f"fetch.queue.backoff.ms={args.fetch_queue_backoff_ms} "
+        f"consumer settings {args.consumer_setting or 'default'}",
         flush=True,
     )
     rows: list[Row] = []
