@@ -153,3 +153,52 @@ def test_the_c_helper_takes_the_short_way_where_the_tests_run() -> None:
 
     assert manager._c_next_in_line is not None
     assert manager._c_append_next is not None
+
+
+replayed = st.tuples(
+    st.sampled_from((*PIDS, -1)),
+    st.integers(0, 2),  # epoch
+    st.sampled_from(["next", "next", "next", "same", "gap", "zero", "wrap", "none"]),
+    st.integers(0, 3),  # offset delta
+    st.booleans(),  # transactional
+    st.booleans(),  # an emptied control batch instead (the leader's cleaner left it)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(replayed, max_size=40))
+def test_a_follower_replay_takes_the_short_way_to_the_same_state(
+    steps: list[tuple[int, int, str, int, bool, bool]],
+) -> None:
+    """`replay_data` (a follower's fetched batches) against `replay`, which applies every
+    batch without validating: the same entries, transactions and map end for any history
+    (a follower stores what the leader wrote, so sequences need not follow)."""
+    ours = ProducerStateManager(TP, tracker=ProducerTracker())
+    plain = ProducerStateManager(TP, tracker=ProducerTracker())
+    offset = 0
+    last_seq: dict[int, int] = {}
+    headers = []
+    for pid, epoch, how, delta, txn, control in steps:
+        last = last_seq.get(pid, -1)
+        seq = {
+            "next": (last + 1) % 2**31,
+            "same": max(last - delta, 0),
+            "gap": (last + 3) % 2**31,
+            "zero": 0,
+            "wrap": 2**31 - 1,
+            "none": -1,
+        }[how]
+        if control:
+            headers.append(BatchHeader(offset, 61, 0, 2, 0, 0x30, 0, 0, 0, pid, epoch, -1, 0))
+            offset += 1
+            continue
+        headers.append(header(pid, epoch, seq, delta, offset, 1_000 + offset, txn))
+        last_seq[pid] = (seq + delta) % 2**31
+        offset += delta + 1
+    for start in range(0, len(headers), 3):  # in fetches of up to three batches
+        ours.replay_data(headers[start : start + 3])
+        plain.replay(headers[start : start + 3])
+        for p in PIDS:
+            assert ours.entry(p) == plain.entry(p)
+        assert ours.ongoing_transactions() == plain.ongoing_transactions()
+        assert ours.map_end_offset == plain.map_end_offset

@@ -35,7 +35,7 @@ from oncelog.producer_state.entry import (
     producer_id_at,
 )
 from oncelog.producer_state.tracker import ProducerTracker
-from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, BatchHeader
+from oncelog.protocol.records.batch import CONTROL_FLAG, TRANSACTIONAL_FLAG, BatchHeader
 from oncelog.protocol.records.speedups import speedups as _speedups
 from oncelog.types import TopicPartition
 
@@ -282,6 +282,23 @@ class ProducerStateManager:
         if slot:
             self.tracker.release(slot)
         return True
+
+    def replay_data(self, headers: Iterable[BatchHeader]) -> None:
+        """`replay` of batches without transaction markers (a follower's fetched batches;
+        a control batch the leader's cleaner emptied may be among them): a data batch that
+        is simply its producer's next one (`next_in_line`) is recorded as the leader
+        recorded it (`append_next`), as the rules would record it too (`stage` is what
+        `append` does after validating); any other batch goes through `replay`."""
+        for header in headers:
+            if header.producer_id >= 0 and not header.attributes & CONTROL_FLAG:
+                slot = self.next_in_line(header)
+                if slot:
+                    self.append_next(slot, header, header.base_offset)
+                    end = header.base_offset + header.last_offset_delta + 1
+                    if end > self.map_end_offset:  # noqa: PLR1730  # max() costs ~7x this
+                        self.map_end_offset = end
+                    continue
+            self.replay((header,))
 
     def replay(
         self,

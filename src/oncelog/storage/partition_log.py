@@ -812,7 +812,7 @@ class PartitionLog:
             if markers:
                 self._replay_appended(headers, markers)
             else:
-                self.producer_state.replay(headers)
+                self.producer_state.replay_data(headers)
         self.producer_state.map_end_offset = self.log_end_offset
         self._unflushed_messages += records
         if self._unflushed_messages >= self.config.flush_messages:
