@@ -120,6 +120,22 @@ def same_values(rows: Rows, before: Rows) -> None:
         assert original[off] == (key, val)
 
 
+def append_after_truncation_then_reload(
+    plog: PartitionLog, before: Rows, clock: ManualClock
+) -> Rows:
+    """Append a record to a truncated log: it follows what is left (each record the one
+    written at its offset), and a crash and load give the same records, with no swap files
+    left; what a read_committed consumer reads."""
+    send_plain(plog, [(b"after", b"truncation")])
+    rows = consume(plog, read_committed=True)
+    assert rows[-1][1:] == (b"after", b"truncation")
+    same_values(rows[:-1], before)
+    reloaded = crash_reload(plog, COMPACT, clock)
+    assert consume(reloaded, read_committed=True) == rows
+    assert not leftovers(reloaded.directory)
+    return rows
+
+
 @pytest.fixture
 def calls(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
     return record_fsyncs_and_renames(monkeypatch)
@@ -204,13 +220,7 @@ def test_truncation_waits_for_a_committed_group_then_truncates_the_cleaned_log(
     assert plog.log_end_offset <= cut
     assert not c.end_swap(cleaned)  # the cleaner's checkpoint does not move past the cut
     assert plog.cleaner_checkpoint <= plog.log_end_offset
-    send_plain(plog, [(b"after", b"truncation")])
-    rows = consume(plog, read_committed=True)
-    assert rows[-1][1:] == (b"after", b"truncation")
-    same_values(rows[:-1], before)
-    reloaded = crash_reload(plog, COMPACT, clock)
-    assert consume(reloaded, read_committed=True) == rows
-    assert not leftovers(reloaded.directory)
+    append_after_truncation_then_reload(plog, before, clock)
 
 
 def test_truncation_before_the_commit_stops_the_swap(tmp_path: Path, clock: ManualClock) -> None:
@@ -317,14 +327,8 @@ def test_truncation_completes_a_group_whose_worker_failed_after_the_commit(
     # The old segments' files, the first renamed by the failed attempt, all went to be
     # deleted (not left until a restart).
     assert not [n for n in os.listdir(plog.directory) if n.endswith(".deleted")]
-    send_plain(plog, [(b"after", b"truncation")])
-    rows = consume(plog, read_committed=True)
-    assert rows[-1][1:] == (b"after", b"truncation")
+    rows = append_after_truncation_then_reload(plog, before, clock)
     assert all(off < cut for off, _, _ in rows[:-1])
-    same_values(rows[:-1], before)
-    reloaded = crash_reload(plog, COMPACT, clock)
-    assert consume(reloaded, read_committed=True) == rows
-    assert not leftovers(reloaded.directory)
 
 
 def test_truncation_is_refused_while_a_committed_group_cannot_be_completed(

@@ -64,6 +64,19 @@ def marker(state: ProducerStateManager, pid: int, epoch: int, offset: int, commi
     return "marker"
 
 
+def sequence(how: str, last: int, delta: int) -> int:
+    """A batch's first sequence after the producer's `last`: the next one, or another kind."""
+    return {
+        "next": (last + 1) % 2**31,
+        "same": max(last - delta, 0),
+        "gap": (last + 3) % 2**31,
+        "zero": 0,
+        "old": max(last - 7, 0),
+        "wrap": 2**31 - 1,
+        "none": -1,
+    }[how]
+
+
 step = st.tuples(
     st.sampled_from(PIDS),
     st.integers(0, 2),  # epoch
@@ -90,16 +103,7 @@ def test_the_short_way_changes_nothing_the_rules_would_not(
             assert ended == marker(rules, pid, epoch, offset, commit)
             offset += 1
             continue
-        last = last_seq.get(pid, -1)
-        seq = {
-            "next": (last + 1) % 2**31,
-            "same": max(last - delta, 0),
-            "gap": (last + 3) % 2**31,
-            "zero": 0,
-            "old": max(last - 7, 0),
-            "wrap": 2**31 - 1,
-            "none": -1,
-        }[how]
+        seq = sequence(how, last_seq.get(pid, -1), delta)
         batch = header(pid, epoch, seq, delta, offset, 1_000 + offset, txn)
         answer = short_way(ours, batch, way)
         assert answer == by_rules(rules, batch)
@@ -179,15 +183,7 @@ def test_a_follower_replay_takes_the_short_way_to_the_same_state(
     last_seq: dict[int, int] = {}
     headers = []
     for pid, epoch, how, delta, txn, control in steps:
-        last = last_seq.get(pid, -1)
-        seq = {
-            "next": (last + 1) % 2**31,
-            "same": max(last - delta, 0),
-            "gap": (last + 3) % 2**31,
-            "zero": 0,
-            "wrap": 2**31 - 1,
-            "none": -1,
-        }[how]
+        seq = sequence(how, last_seq.get(pid, -1), delta)
         if control:
             headers.append(BatchHeader(offset, 61, 0, 2, 0, 0x30, 0, 0, 0, pid, epoch, -1, 0))
             offset += 1
