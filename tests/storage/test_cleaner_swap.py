@@ -305,17 +305,19 @@ class FailOnce:
             raise OSError(5, "Input/output error (injected)")
 
 
+@pytest.mark.parametrize("step", ["log-swap", "indexes-swap", "deleted-old", "log-renamed", "done"])
 def test_truncation_completes_a_group_whose_worker_failed_after_the_commit(
-    tmp_path: Path, clock: ManualClock
+    tmp_path: Path, clock: ManualClock, step: str
 ) -> None:
-    """The worker commits a group, then a disk error stops it half-way (old segments half
-    renamed away). A follower's truncation into that group before the loop applies the
-    swap completes the group first: truncating the old segments and appending to them would
-    leave a committed swap that the next load finishes over the truncated log, dropping the
-    append and putting back what was cut."""
+    """The worker commits a group, then a disk error stops it at `step` (at "deleted-old"
+    the old segments are half renamed away, from "log-renamed" on the cleaned segment is
+    already `<base>.log`). A follower's truncation into that group before the loop applies
+    the swap completes the group first: truncating the old segments and appending to them
+    would leave a committed swap that the next load finishes over the truncated log,
+    dropping the append and putting back what was cut."""
     plog = open_log(tmp_path, COMPACT, clock)
     before = fill(plog)
-    c, cleaned = begin(plog, clock, FailOnce("deleted-old"))
+    c, cleaned = begin(plog, clock, FailOnce(step))
     first = cleaned.pending.old[0]
     in_thread(cleaned.run).join()
     assert cleaned.pending.error is not None and cleaned.pending.committed == 1

@@ -75,17 +75,12 @@ def _delete_segment(directory: Path, base: int) -> None:
             path.unlink()
 
 
-def _retire_segment(directory: Path, base: int) -> list[Path]:
+def _retire_segment(directory: Path, base: int) -> None:
     """Rename a replaced segment's files to `<name>.deleted` for the caller to remove later
     (a load removes any it finds)."""
-    retired = []
     for path in _segment_files(directory, base):
-        target = path.with_name(path.name + DELETED_SUFFIX)
         with contextlib.suppress(FileNotFoundError):
-            os.replace(path, target)
-        if target.exists():  # renamed now, or by an attempt that failed after it
-            retired.append(target)
-    return retired
+            os.replace(path, path.with_name(path.name + DELETED_SUFFIX))
 
 
 def _rename_if_present(src: Path, dst: Path) -> None:
@@ -105,25 +100,35 @@ def complete(
     """Steps 2 and 3 of a committed swap (three directory fsyncs: a worker thread's job);
     the old segments' files are renamed to `.deleted` and returned, for the caller to
     remove later. Nothing else may rename or delete these files meanwhile: the log pins
-    the old segments until the swap is applied (`PartitionLog.begin_swap`)."""
-    for kind in INDEXES:
-        _rename_if_present(
-            directory / _name(base, kind, CLEANED), directory / _name(base, kind, SWAP)
-        )
-    fsync_dir(directory)
-    crash("indexes-swap")
-    retired = []
-    for old in old_bases:
-        retired += _retire_segment(directory, old)
-        crash("deleted-old")
-    fsync_dir(directory)
-    os.replace(directory / _name(base, LOG, SWAP), directory / _name(base, LOG))
-    crash("log-renamed")
+    the old segments until the swap is applied (`PartitionLog.begin_swap`).
+
+    Safe to run again after a failure part-way (a disk error): once the `.log.swap` is
+    renamed, `<base>.log` is the cleaned segment, so steps up to that rename are not
+    repeated (they would retire it as an old one), only what follows."""
+    log_swap = directory / _name(base, LOG, SWAP)
+    if log_swap.exists():
+        for kind in INDEXES:
+            _rename_if_present(
+                directory / _name(base, kind, CLEANED), directory / _name(base, kind, SWAP)
+            )
+        fsync_dir(directory)
+        crash("indexes-swap")
+        for old in old_bases:
+            _retire_segment(directory, old)
+            crash("deleted-old")
+        fsync_dir(directory)
+        os.replace(log_swap, directory / _name(base, LOG))
+        crash("log-renamed")
     for kind in INDEXES:
         _rename_if_present(directory / _name(base, kind, SWAP), directory / _name(base, kind))
     fsync_dir(directory)
     crash("done")
-    return retired
+    return [
+        retired
+        for old in old_bases
+        for path in _segment_files(directory, old)
+        if (retired := path.with_name(path.name + DELETED_SUFFIX)).exists()
+    ]
 
 
 def swap_in(
