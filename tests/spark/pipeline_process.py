@@ -313,16 +313,39 @@ def batch_in_flight(checkpoint: Path, min_age: float = 0.0) -> int | None:
     return last if age >= min_age else None
 
 
+def last_batch_seconds(checkpoint: Path) -> float | None:
+    """How long the last finished batch took (offsets/N written to commits/N written)."""
+    committed = checkpoint_batches(checkpoint, "commits")
+    if not committed:
+        return None
+    last = str(max(committed))
+    try:
+        done = (checkpoint / "commits" / last).stat().st_mtime
+        return done - (checkpoint / "offsets" / last).stat().st_mtime
+    except FileNotFoundError:
+        return None
+
+
 def kill_mid_batch(
-    checkpoint: Path, kill: Callable[[], None], what: str, after: int = -1, min_age: float = 0.3
+    checkpoint: Path,
+    kill: Callable[[], None],
+    what: str,
+    after: int = -1,
+    min_age: float = 0.3,
+    share: float | None = None,
 ) -> int:
     """Once a batch after `after` has been running for `min_age` s, `kill`; the batch (checked
-    to be unfinished then)."""
+    to be unfinished then). With `share`, at most that share of the last finished batch's
+    duration: a machine fast enough to finish batches within `min_age` still gets a kill
+    inside one."""
     deadline = time.monotonic() + RUN_TIMEOUT
-    while (batch := batch_in_flight(checkpoint, min_age)) is None or batch <= after:
+    age = min_age
+    while (batch := batch_in_flight(checkpoint, age)) is None or batch <= after:
         if time.monotonic() > deadline:
             raise AssertionError(f"no batch in flight to {what} in")
-        time.sleep(0.05)
+        if share is not None and (took := last_batch_seconds(checkpoint)) is not None:
+            age = min(min_age, share * took)
+        time.sleep(0.02 if share is not None else 0.05)
     checked = time.time()
     kill()
     commit = checkpoint / "commits" / str(batch)

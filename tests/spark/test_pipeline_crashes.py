@@ -64,8 +64,11 @@ def test_driver_sigkill_while_executors_write(
         "--trigger-interval", "0 seconds",
     )  # fmt: skip
     first = run(pipelines, args, tmp_path / "p.log")
-    # Half a second into a batch after batch 1 (of 0-4), its tasks read, aggregate and write.
-    batch = kill_mid_batch(tmp_path / "ck", first.kill, "driver kill", after=1, min_age=0.5)
+    # Half a second (or 40% of a batch, if they take less) into a batch after batch 1 (of
+    # 0-4): its tasks read, aggregate and write.
+    batch = kill_mid_batch(
+        tmp_path / "ck", first.kill, "driver kill", after=1, min_age=0.5, share=0.4
+    )
     # What Spark committed, from the checkpoint itself: the printed batch lines lag behind.
     committed = committed_batches(tmp_path / "ck")
     assert max(committed) < 4, "finished before the kill; nothing was tested"
@@ -198,7 +201,9 @@ def test_database_sink_driver_sigkill_during_foreach_batch(
         "--max-offsets-per-trigger", "300", "--trigger-interval", "0 seconds",
     )  # fmt: skip
     first = run(pipelines, args, tmp_path / "p.log")
-    batch = kill_mid_batch(tmp_path / "ck", first.kill, "driver kill", after=1, min_age=0.5)
+    batch = kill_mid_batch(
+        tmp_path / "ck", first.kill, "driver kill", after=1, min_age=0.5, share=0.4
+    )
     second = run_to_end(pipelines, args, tmp_path / "p.log")
     assert second.batches()[0][0] == batch, "the restart must replay the unfinished batch"
     assert_exactly_once(analyse_sqlite(db, pbroker.bootstrap, INPUT))
