@@ -1641,24 +1641,28 @@ class PartitionLog:
         with self._snapshot_lock:
             self._generation += 1
         pending.idle.wait()
+        failed: OSError | None = None
         if pending.error is not None and pending.committed > len(pending.done):
-            at = len(pending.done)
-            base, old_bases = pending.groups[at]
             try:
-                pending.done.append(
-                    self._complete_group(pending, base, old_bases, pending.old[at])
-                )
-                pending.error = None  # whole now: nothing is left for a load to finish
-                left = [b for b, _ in pending.groups[len(pending.done) :]]
-                with contextlib.suppress(OSError):  # the worker kept them for the load
-                    swap.discard_cleaned(self.directory, left)
+                self._complete_failed_group(pending)
             except OSError as exc:
                 log.error("%s: completing a cleaner swap failed again: %s", self.tp, exc)
-                if truncating:
-                    self._apply_swapped(pending)
-                    raise
+                failed = exc
         self._apply_swapped(pending)
+        if failed is not None and truncating:
+            raise failed
         self._swap = None
+
+    def _complete_failed_group(self, pending: SegmentSwap) -> None:
+        """Complete the group the worker committed before it failed; the swap is then whole
+        (nothing is left for a load to finish) and the later groups' files go."""
+        at = len(pending.done)
+        base, old_bases = pending.groups[at]
+        pending.done.append(self._complete_group(pending, base, old_bases, pending.old[at]))
+        pending.error = None
+        left = [b for b, _ in pending.groups[at + 1 :]]
+        with contextlib.suppress(OSError):  # the worker kept them for the load
+            swap.discard_cleaned(self.directory, left)
 
     def _pinned(self, segment: LogSegment) -> bool:
         """True if a swap in flight replaces `segment` (retention must leave it)."""
