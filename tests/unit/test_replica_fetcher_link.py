@@ -12,7 +12,7 @@ import pytest
 from oncelog.broker.partition import ReplicaView
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.replication.follower import FollowerPhase
-from oncelog.server.replica_fetcher import SWEEP_S, _Link
+from oncelog.server.replica_fetcher import SWEEP_MS, _Link
 from oncelog.types import TopicPartition
 from tests.unit.metrics_broker import batch, clustered_replicas
 
@@ -47,25 +47,25 @@ def take_changed(link: _Link) -> set[TopicPartition]:
 
 def test_a_quiet_round_looks_at_nothing(replicas: ReplicaManager) -> None:
     link = linked(replicas)
-    assert link.refresh(replicas.replicas_by_tp, LEADER, 0.0) == []
+    assert link.refresh(replicas.replicas_by_tp, LEADER, 0) == []
     assert set(link.fetching) == set(TPS) and take_changed(link) == set(TPS)
     assert link.positions[TPS[0]] == (0, 0, 0)
-    assert link.refresh(replicas.replicas_by_tp, LEADER, 0.1) == []
+    assert link.refresh(replicas.replicas_by_tp, LEADER, 100) == []
     assert take_changed(link) == set()
 
 
 def test_a_moved_partition_is_seen_when_marked_or_at_the_sweep(replicas: ReplicaManager) -> None:
     link = linked(replicas)
-    link.refresh(replicas.replicas_by_tp, LEADER, 0.0)
+    link.refresh(replicas.replicas_by_tp, LEADER, 0)
     take_changed(link)
     for tp in TPS[:2]:
         data = bytearray(batch([b"v"]))
         replicas.partition(tp).append_as_follower(bytes(data))
     link.dirty.add(TPS[0])  # what an answer that carried it does
-    link.refresh(replicas.replicas_by_tp, LEADER, 0.5)
+    link.refresh(replicas.replicas_by_tp, LEADER, 500)
     assert take_changed(link) == {TPS[0]} and link.positions[TPS[0]] == (0, 1, 0)
     assert link.positions[TPS[1]] == (0, 0, 0)  # not marked: not looked at yet
-    link.refresh(replicas.replicas_by_tp, LEADER, SWEEP_S)
+    link.refresh(replicas.replicas_by_tp, LEADER, SWEEP_MS)
     assert take_changed(link) == {TPS[1]} and link.positions[TPS[1]] == (0, 1, 0)
 
 
@@ -73,7 +73,7 @@ def test_partitions_that_leave_or_truncate_are_dropped_and_handed_back(
     replicas: ReplicaManager,
 ) -> None:
     link = linked(replicas)
-    link.refresh(replicas.replicas_by_tp, LEADER, 0.0)
+    link.refresh(replicas.replicas_by_tp, LEADER, 0)
     take_changed(link)
     # A newer state with another leader: the fetcher's `unfollow` marks it.
     replicas.apply_partition_state(TPS[1], ReplicaView(3, 1, (1, 2, 3), 1, (1, 2, 3), 2))
@@ -82,7 +82,7 @@ def test_partitions_that_leave_or_truncate_are_dropped_and_handed_back(
     # A newer epoch of the same leader: truncate first (`follow` marks it).
     replicas.apply_partition_state(TPS[2], ReplicaView(LEADER, 1, (1, 2, 3), 1, (1, 2, 3), 2))
     link.dirty.add(TPS[2])
-    truncating = link.refresh(replicas.replicas_by_tp, LEADER, 0.2)
+    truncating = link.refresh(replicas.replicas_by_tp, LEADER, 200)
     assert [r.tp for r in truncating] == [TPS[2]]
     assert set(link.fetching) == {TPS[0], TPS[3]} and take_changed(link) == {TPS[1], TPS[2]}
     assert TPS[1] not in link.following and TPS[2] in link.following

@@ -211,7 +211,8 @@ class BrokerChannel:
     ) -> tuple[bytes, int]:
         """`_exchange` within `timeout`: past it the watchdog aborts the connection, which
         ends the read or drain in progress, and the call raises TimeoutError."""
-        loop = asyncio.get_running_loop()
+        assert self._conn is not None
+        loop = self._conn.loop
         deadline = self._deadline = loop.time() + timeout
         if self._watchdog is None or self._watchdog_at > deadline:
             if self._watchdog is not None:

@@ -19,6 +19,9 @@ from oncelog.protocol.framing import Frame, FrameDecoder, FrameError
 
 class PeerConnection(asyncio.BufferedProtocol):
     def __init__(self, max_answer_bytes: int) -> None:
+        #: Kept: CPython 3.11's `get_running_loop` makes a getpid system call each time, and a
+        #: follower asks for it several times a round.
+        self.loop = asyncio.get_running_loop()
         self._decoder = FrameDecoder(max_answer_bytes)
         self._transport: asyncio.Transport | None = None
         self._answers: deque[Frame] = deque()
@@ -105,7 +108,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         except RuntimeError as exc:  # uvloop: closed, its connection_lost not yet called
             raise EOFError(f"connection closed: {exc}") from exc
         while self._write_paused and self._lost is None:
-            self._drained = asyncio.get_running_loop().create_future()
+            self._drained = self.loop.create_future()
             await self._drained
         if self._lost is not None:
             raise EOFError(self._lost)
@@ -115,7 +118,7 @@ class PeerConnection(asyncio.BufferedProtocol):
         while not self._answers:
             if self._lost is not None:
                 raise EOFError(self._lost)
-            self._waiter = asyncio.get_running_loop().create_future()
+            self._waiter = self.loop.create_future()
             try:
                 await self._waiter
             finally:

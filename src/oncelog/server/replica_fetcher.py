@@ -159,11 +159,12 @@ class ReplicaFetcher:
 
     async def _round(self, channel: BrokerChannel, leader_id: int, link: _Link) -> bool:
         """Truncate what must be, then fetch; False when there was nothing to do."""
-        truncating = link.refresh(self.replicas.replicas_by_tp, leader_id, _monotonic())
+        by_tp, clock = self.replicas.replicas_by_tp, self.replicas.clock
+        truncating = link.refresh(by_tp, leader_id, clock.monotonic_ms())
         if truncating:
             await self._truncate(channel, truncating)
             link.dirty.update(r.tp for r in truncating)
-            link.refresh(self.replicas.replicas_by_tp, leader_id, _monotonic())
+            link.refresh(by_tp, leader_id, clock.monotonic_ms())
         if link.fetching:
             await self._fetch(channel, leader_id, link)
             return True
@@ -361,11 +362,7 @@ _FETCHING = FollowerPhase.FETCHING
 _TRUNCATING = FollowerPhase.TRUNCATING
 #: Every partition of a link is looked at again this often, whatever was marked: a
 #: follower's log start moved by retention changes nothing the fetcher sees otherwise.
-SWEEP_S = 1.0
-
-
-def _monotonic() -> float:
-    return asyncio.get_running_loop().time()
+SWEEP_MS = 1000
 
 
 class _Link:
@@ -375,7 +372,7 @@ class _Link:
     A round must not cost every followed partition (`__consumer_offsets` alone has 50, nearly
     all idle): positions are looked at again only for partitions marked `dirty`, which is
     everything that moves them here (an answer that carried the partition, a truncation, a
-    park, `follow` and `unfollow`), and for all of them once per `SWEEP_S`.
+    park, `follow` and `unfollow`), and for all of them once per `SWEEP_MS`.
     """
 
     __slots__ = ("changed", "dirty", "fetching", "following", "positions", "session", "swept")
@@ -390,16 +387,16 @@ class _Link:
         #: Partitions whose position changed (or that joined or left) since the last request.
         self.changed: set[TopicPartition] = set()
         self.session = FetchSessionHandler(partition_max_bytes)
-        self.swept = float("-inf")
+        self.swept: int | None = None
 
     def refresh(
-        self, by_tp: dict[TopicPartition, Partition], leader_id: int, now: float
+        self, by_tp: dict[TopicPartition, Partition], leader_id: int, now_ms: int
     ) -> list[Partition]:
-        """Look again at the dirty partitions (all of them once per `SWEEP_S`); return those
+        """Look again at the dirty partitions (all of them once per `SWEEP_MS`); return those
         that must truncate first. Partitions no longer following `leader_id` are let go."""
         dirty = self.dirty
-        if now - self.swept >= SWEEP_S:
-            self.swept = now
+        if self.swept is None or now_ms - self.swept >= SWEEP_MS:
+            self.swept = now_ms
             dirty.update(self.following)
             dirty.update(self.fetching)
         if not dirty:
