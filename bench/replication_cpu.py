@@ -183,9 +183,10 @@ class _FakeWriter:
 class _FakeReader:
     """Answers each request with the next prepared Fetch response body."""
 
-    def __init__(self, channel: BrokerChannel) -> None:
+    def __init__(self, channel: BrokerChannel, loop: asyncio.AbstractEventLoop) -> None:
         self.channel = channel
         self.bodies: list[bytes] = []
+        self.loop = loop
         self._frame = b""
 
     async def readexactly(self, n: int) -> bytes:
@@ -201,9 +202,10 @@ class _FakeReader:
 class _FakeConn:
     """The same answers for a channel on a `PeerConnection` (since issue 15's eighth round)."""
 
-    def __init__(self, channel: BrokerChannel) -> None:
+    def __init__(self, channel: BrokerChannel, loop: asyncio.AbstractEventLoop) -> None:
         self.channel = channel
         self.bodies: list[bytes] = []
+        self.loop = loop  # PeerConnection keeps its loop (get_running_loop costs a getpid)
 
     async def send(self, data: bytes) -> None:
         pass
@@ -258,9 +260,10 @@ def follower_step(
         parts.append(replica)
     fetcher = ReplicaFetcher(replicas, lambda _id: ("127.0.0.1", 1))
     channel = BrokerChannel(1, "127.0.0.1", 1, 30.0, "bench-fetcher")
+    loop = asyncio.new_event_loop()
     reader: _FakeReader | _FakeConn
     if hasattr(channel, "_conn"):
-        reader = channel._conn = _FakeConn(channel)  # type: ignore[assignment]
+        reader = channel._conn = _FakeConn(channel, loop)  # type: ignore[assignment]
     else:  # older commits: asyncio streams
         reader = _FakeReader(channel)
         channel._reader = reader  # type: ignore[attr-defined]
@@ -269,7 +272,6 @@ def follower_step(
     # the first answer on) the idle ones are then left out of the requests too.
     for r in range(warmup + rounds):
         reader.bodies.append(fetch_response_body([r * RECORDS] * PARTITIONS, r, int(session)))
-    loop = asyncio.new_event_loop()
 
     # The fetcher's round: since fetch sessions a `_Link` per leader and `_round`; older
     # commits fetch a list of replicas.
