@@ -244,6 +244,58 @@ def test_tls_garbage_closes_only_that_connection(
     assert plain.list_topics(timeout=10).brokers[1].port == broker.ports["PLAINTEXT"]
 
 
+def test_a_tls_connection_is_counted_before_its_handshake(tmp_path: Path, certs: Certs) -> None:
+    """As Kafka's acceptor does, `max.connections.per.ip` counts a TLS connection as it is
+    accepted: sockets that never say hello fill the address's quota, one more is closed at
+    once without a handshake, a client that would handshake is refused too, and a freed slot
+    is taken again. (asyncio's TLS servers tell the protocol only after the handshake: these
+    sockets were not counted, and the extra one waited 60 s for its ClientHello.)"""
+    proc = SecureBroker(
+        tmp_path / "data",
+        {
+            "listeners": "SSL://127.0.0.1:0",
+            "ssl.keystore.location": str(certs.broker_keystore),
+            "ssl.truststore.location": str(certs.ca),
+            "max.connections.per.ip": "2",
+        },
+    ).start()
+    address = ("127.0.0.1", proc.ports["SSL"])
+    context = ssl.create_default_context(cafile=str(certs.ca))
+    silent = [socket.create_connection(address, timeout=10) for _ in range(2)]
+    try:
+        with socket.create_connection(address, timeout=10) as extra:
+            extra.settimeout(5)
+            assert extra.recv(1) == b""  # closed by the broker, not left waiting
+        with (
+            socket.create_connection(address, timeout=10) as sock,
+            pytest.raises((ssl.SSLError, OSError)),
+        ):
+            context.wrap_socket(sock, server_hostname="127.0.0.1")
+        refused = (
+            "Rejected connection from /127.0.0.1: address already has the configured maximum "
+            "of 2 connections (max.connections.per.ip)"
+        )
+        assert proc.log_path.read_text().count(refused) == 2
+        silent.pop().close()
+        for _ in range(50):  # the broker counts the close once its loop has seen it
+            try:
+                with (
+                    socket.create_connection(address, timeout=10) as sock,
+                    context.wrap_socket(sock, server_hostname="127.0.0.1") as tls,
+                ):
+                    assert tls.version() is not None
+                    break
+            except (ssl.SSLError, OSError):
+                time.sleep(0.1)
+        else:
+            pytest.fail("the freed slot was not taken again")
+        assert proc.alive()
+    finally:
+        for sock in silent:
+            sock.close()
+        proc.kill()
+
+
 def test_inline_pem_key_and_trust(tmp_path: Path, certs: Certs) -> None:
     proc = SecureBroker(
         tmp_path / "data",

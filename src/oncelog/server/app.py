@@ -47,6 +47,7 @@ from oncelog.server.connection_quotas import ConnectionQuotas
 from oncelog.server.listeners import ListenerSetup, authenticator_factory, setup_listeners
 from oncelog.server.request_memory import RequestMemory
 from oncelog.server.startup import StartupError
+from oncelog.server.tls_accept import BACKLOG, TlsAcceptor
 from oncelog.storage.cleaner import clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
 from oncelog.types import TopicPartition
@@ -176,8 +177,8 @@ class BrokerServer:
         #: Bytes of received, unhandled requests (queued.max.request.bytes).
         self.request_memory = RequestMemory(self.config.queued_max_request_bytes)
         self.quotas = ConnectionQuotas.from_config(self.config)
-        self._server: asyncio.Server | None = None
         self._servers: list[asyncio.Server] = []
+        self._tls_acceptors: list[TlsAcceptor] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopped = asyncio.Event()
         self.port = 0
@@ -248,16 +249,7 @@ class BrokerServer:
             self.cluster.authorizer = context.authorizer
             await self.cluster.start(node)
         self.dispatcher = Dispatcher(context)
-        for setup, sock in zip(setups, self._socks, strict=True):
-            self._servers.append(
-                await loop.create_server(
-                    self._connection_factory(setup),
-                    sock=sock,
-                    backlog=1024,
-                    ssl=setup.ssl_context,
-                )
-            )
-        self._server = self._servers[0]
+        await self._serve(setups, self._socks)
         self._schedule_group_timer()
         self._tasks = [
             asyncio.create_task(
@@ -298,6 +290,19 @@ class BrokerServer:
                 asyncio.create_task(self._every(cleaner.backoff_ms / 1000, self._clean))
             )
         return self.port
+
+    async def _serve(self, setups: list[ListenerSetup], socks: list[socket.socket]) -> None:
+        """Accept on every listener; a TLS one accepts by itself, to ask the connection
+        quotas before the handshake (server/tls_accept.py)."""
+        loop = asyncio.get_running_loop()
+        for setup, sock in zip(setups, socks, strict=True):
+            factory = self._connection_factory(setup)
+            if setup.ssl_context is not None:
+                acceptor = TlsAcceptor(sock, setup.ssl_context, factory)
+                acceptor.start()
+                self._tls_acceptors.append(acceptor)
+            else:
+                self._servers.append(await loop.create_server(factory, sock=sock, backlog=BACKLOG))
 
     def _connection_factory(self, setup: ListenerSetup) -> Callable[[], Connection]:
         new_authenticator = (
@@ -643,6 +648,8 @@ class BrokerServer:
         log.info("shutting down")
         for listening in self._servers:
             listening.close()
+        for acceptor in self._tls_acceptors:
+            acceptor.close()
         for task in self._tasks:
             task.cancel()
         if self._roll_flush is not None:

@@ -111,20 +111,27 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
-        peer = transport.get_extra_info("peername")
+    def admit(self, peer: Any) -> bool:
+        """Note the peer's address and ask the connection quotas, once; False when refused
+        (then closed). A TLS listener asks before the handshake (server/tls_accept.py)."""
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
         self.client_ip = peer[0] if peer else ""
         self.client_host = f"/{self.client_ip}" if peer else ""
-        if self._admit is not None:
-            refused = self._admit(self)
-            if refused is not None:
-                log.info("Rejected connection from %s: %s", self.client_host, refused)
-                self.closed = True
-                transport.close()
-                return
-            self.admitted = True
+        if self._admit is None or self.admitted:
+            return True
+        refused = self._admit(self)
+        if refused is not None:
+            log.info("Rejected connection from %s: %s", self.client_host, refused)
+            self.closed = True
+            return False
+        self.admitted = True
+        return True
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        if not self.admit(transport.get_extra_info("peername")):
+            transport.close()
+            return
         if self._send_buffer != -1:
             sock = transport.get_extra_info("socket")
             if sock is not None:
