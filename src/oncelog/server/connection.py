@@ -111,7 +111,7 @@ class Connection(asyncio.BufferedProtocol):
 
     # -- asyncio callbacks -------------------------------------------------------------------
 
-    def admit(self, peer: Any) -> bool:
+    def admit(self, peer: tuple[Any, ...] | None) -> bool:
         """Note the peer's address and ask the connection quotas, once; False when refused
         (then closed). A TLS listener asks before the handshake (server/tls_accept.py)."""
         self.peer = f"{peer[0]}:{peer[1]}" if peer else "?"
