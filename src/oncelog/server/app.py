@@ -48,7 +48,7 @@ from oncelog.server.listeners import ListenerSetup, authenticator_factory, setup
 from oncelog.server.request_memory import RequestMemory
 from oncelog.server.startup import StartupError
 from oncelog.server.tls_accept import BACKLOG, TlsAcceptor
-from oncelog.storage.cleaner import clean_segments
+from oncelog.storage.cleaner import LogCleaner, clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
 from oncelog.types import TopicPartition
 
@@ -553,6 +553,7 @@ class BrokerServer:
                 plog if current is plog else None, job, result
             )
             if cleaned is None:
+                await loop.run_in_executor(None, LogCleaner.discard, job, result)
                 continue
             # Cancelled (the broker stopping), the worker goes on; closing the log settles it.
             await loop.run_in_executor(None, cleaned.run)

@@ -748,19 +748,23 @@ class LogCleaner:
         crash: swap.CrashHook | None = None,
     ) -> CleanSwap | None:
         """Note the swap of a finished round into `plog` (the owner's thread; None: the
-        partition is gone). None, with the files deleted, when its segments changed
-        meanwhile; otherwise `CleanSwap.run` goes to a worker thread and `end_swap` back
-        here."""
-        bases = [g.base_offset for g in result.groups]
+        partition is gone). None when its segments changed meanwhile: the round is dropped
+        and its files are `discard`'s to delete, in a worker thread (unlinking a segment's
+        worth of files is disk work). Otherwise `CleanSwap.run` goes to a worker thread and
+        `end_swap` back here."""
         if plog is None or not plog.segments_unchanged(job.segments, result.end_offset):
             self.in_progress.pop(job.tp, None)
             log.info("%s: segments changed while cleaning; result discarded", job.tp)
-            swap.discard_cleaned(Path(job.directory), bases)
             return None
         pending = plog.begin_swap(
             [(g.base_offset, g.old_bases) for g in result.groups], result.end_offset, crash
         )
         return CleanSwap(plog, job, result, pending)
+
+    @staticmethod
+    def discard(job: CleanJob, result: CleanResult) -> None:
+        """Delete the files of a round `begin_swap` dropped (any thread)."""
+        swap.discard_cleaned(Path(job.directory), [g.base_offset for g in result.groups])
 
     def end_swap(self, cleaned: CleanSwap) -> bool:
         """Apply a swap whose files `CleanSwap.run` renamed (the owner's thread); False if it
@@ -811,6 +815,7 @@ class LogCleaner:
         """`begin_swap`, `CleanSwap.run` and `end_swap` in this thread (tests, tools)."""
         cleaned = self.begin_swap(plog, job, result, crash)
         if cleaned is None:
+            self.discard(job, result)
             return False
         cleaned.run()
         return self.end_swap(cleaned)
