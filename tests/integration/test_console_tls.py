@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.integration.secure_broker import SecureBroker, make_certs, plain_jaas
+from tests.integration.secure_broker import Certs, SecureBroker, make_certs, plain_jaas
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +60,15 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SecureBro
         overrides["sasl.enabled.mechanisms"] = "PLAIN"
         overrides["listener.name.sasl_ssl.plain.sasl.jaas.config"] = plain_jaas(USERS)
     proc = SecureBroker(tmp_path / "data", overrides).start()
+    try:
+        yield _with_topic(proc, protocol, certs)
+    finally:
+        proc.kill()
+
+
+def _with_topic(proc: SecureBroker, protocol: str, certs: Certs) -> SecureBroker:
+    """`proc` with the topic the tests look at, made over its TLS listener (a failure here
+    must not leave the broker running: the fixture kills it)."""
     client: dict[str, Any] = {
         "bootstrap.servers": proc.bootstrap_of(protocol),
         "security.protocol": protocol,
@@ -75,10 +84,7 @@ def broker(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SecureBro
     admin = AdminClient(client)
     for future in admin.create_topics([NewTopic("over-tls", 2, 1)]).values():
         future.result(TIMEOUT)
-    try:
-        yield proc
-    finally:
-        proc.kill()
+    return proc
 
 
 @pytest.mark.parametrize("broker", ["SSL"], indirect=True)
