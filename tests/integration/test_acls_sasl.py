@@ -70,12 +70,14 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
             "super.users": "User:admin",
         },
     ).start()
-    admin = AdminClient(conf(proc, "admin"))
-    for future in admin.create_acls(GRANTS, request_timeout=TIMEOUT).values():
-        assert future.result() is None
-    del admin  # not left reconnecting after the broker stops
-    yield proc
-    proc.kill()
+    try:
+        admin = AdminClient(conf(proc, "admin"))
+        for future in admin.create_acls(GRANTS, request_timeout=TIMEOUT).values():
+            assert future.result() is None
+        del admin  # not left reconnecting after the broker stops
+        yield proc
+    finally:
+        proc.kill()
 
 
 def make_topics(broker: SecureBroker, *names: str) -> None:

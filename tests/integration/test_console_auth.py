@@ -59,33 +59,36 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
             "http.listeners": "http://127.0.0.1:0",
         },
     ).start()
-    admin = AdminClient(conf(proc, "admin"))
-    grants = [
-        AclBinding(
-            ResourceType.BROKER,
-            "kafka-cluster",
-            ResourcePatternType.LITERAL,
-            "User:operator",
-            "*",
-            AclOperation.ALTER,
-            AclPermissionType.ALLOW,
-        ),
-        AclBinding(
-            ResourceType.TOPIC,
-            "a-",
-            ResourcePatternType.PREFIXED,
-            "User:alice",
-            "*",
-            AclOperation.DESCRIBE,
-            AclPermissionType.ALLOW,
-        ),
-    ]
-    for future in admin.create_acls(grants, request_timeout=TIMEOUT).values():
-        assert future.result() is None
-    for future in admin.create_topics([NewTopic(n, 1, 1) for n in ("a-mine", "b-secret")]).values():
-        future.result(TIMEOUT)
-    yield proc
-    proc.kill()
+    try:
+        admin = AdminClient(conf(proc, "admin"))
+        grants = [
+            AclBinding(
+                ResourceType.BROKER,
+                "kafka-cluster",
+                ResourcePatternType.LITERAL,
+                "User:operator",
+                "*",
+                AclOperation.ALTER,
+                AclPermissionType.ALLOW,
+            ),
+            AclBinding(
+                ResourceType.TOPIC,
+                "a-",
+                ResourcePatternType.PREFIXED,
+                "User:alice",
+                "*",
+                AclOperation.DESCRIBE,
+                AclPermissionType.ALLOW,
+            ),
+        ]
+        for future in admin.create_acls(grants, request_timeout=TIMEOUT).values():
+            assert future.result() is None
+        topics = [NewTopic(n, 1, 1) for n in ("a-mine", "b-secret")]
+        for future in admin.create_topics(topics).values():
+            future.result(TIMEOUT)
+        yield proc
+    finally:
+        proc.kill()
 
 
 def console(broker: SecureBroker) -> str:

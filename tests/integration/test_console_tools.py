@@ -25,16 +25,20 @@ OVERRIDES = {
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path_factory.mktemp("console") / "data", OVERRIDES).start()
-    admin = AdminClient({"bootstrap.servers": proc.bootstrap})
-    topics = [
-        NewTopic("plain", 2, 1),
-        NewTopic("grouped", 2, 1),
-        NewTopic("tuned", 1, 1, config={"cleanup.policy": "compact", "segment.bytes": "1048576"}),
-    ]
-    for future in admin.create_topics(topics).values():
-        future.result(10)
-    yield proc
-    proc.kill()
+    try:
+        admin = AdminClient({"bootstrap.servers": proc.bootstrap})
+        topics = [
+            NewTopic("plain", 2, 1),
+            NewTopic("grouped", 2, 1),
+            NewTopic(
+                "tuned", 1, 1, config={"cleanup.policy": "compact", "segment.bytes": "1048576"}
+            ),
+        ]
+        for future in admin.create_topics(topics).values():
+            future.result(10)
+        yield proc
+    finally:
+        proc.kill()
 
 
 def run(

@@ -39,17 +39,19 @@ COMPACTED = {
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     proc = BrokerProcess(tmp_path_factory.mktemp("logdirs") / "data", OVERRIDES).start()
-    create_topic(proc.bootstrap, "compacted", 1, COMPACTED)
-    create_topic(proc.bootstrap, "plain", 2)
-    producer = Producer({"bootstrap.servers": proc.bootstrap, "linger.ms": 0})
-    for i in range(300):  # 10 keys, 30 values each: most of it superseded
-        producer.produce("compacted", key=f"k{i % 10}", value=f"v{i}".ljust(40, "."))
-        producer.produce("plain", key=f"k{i}", value=b"x" * 20, partition=i % 2)
-        if i % 20 == 0:
-            producer.flush(10)
-    assert producer.flush(10) == 0
-    yield proc
-    proc.kill()
+    try:
+        create_topic(proc.bootstrap, "compacted", 1, COMPACTED)
+        create_topic(proc.bootstrap, "plain", 2)
+        producer = Producer({"bootstrap.servers": proc.bootstrap, "linger.ms": 0})
+        for i in range(300):  # 10 keys, 30 values each: most of it superseded
+            producer.produce("compacted", key=f"k{i % 10}", value=f"v{i}".ljust(40, "."))
+            producer.produce("plain", key=f"k{i}", value=b"x" * 20, partition=i % 2)
+            if i % 20 == 0:
+                producer.flush(10)
+        assert producer.flush(10) == 0
+        yield proc
+    finally:
+        proc.kill()
 
 
 def on_disk(data_dir: Path, partition: str) -> int:

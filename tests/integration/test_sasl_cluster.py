@@ -72,9 +72,11 @@ class SaslCluster(SecureCluster):
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SaslCluster]:
     running = SaslCluster(tmp_path_factory.mktemp("sasl-cluster"))
     running.start()
-    running.wait_brokers_known(lambda node: running.conf(nodes=(node,)))
-    yield running
-    running.close()
+    try:
+        running.wait_brokers_known(lambda node: running.conf(nodes=(node,)))
+        yield running
+    finally:
+        running.close()
 
 
 def test_replication_over_sasl(cluster: SaslCluster) -> None:
