@@ -7,6 +7,7 @@ the cluster's metadata needs no marker."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 
 from oncelog.broker.cluster_view import ClusterView
@@ -15,6 +16,7 @@ from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, T
 from oncelog.server.marker_sender import TxnMarkerSender
 from oncelog.types import TopicPartition
 from tests.broker_process import BrokerProcess
+from tests.integration.test_socket_buffers import socket_buffers
 
 GHOST = TopicPartition("not-on-that-broker", 0)
 
@@ -37,3 +39,27 @@ def test_an_unknown_partition_is_retried_unless_the_topic_is_gone(broker: Broker
             await sender.stop()
 
     assert asyncio.run(attempts()) == (False, True)
+
+
+def test_the_marker_senders_connections_get_the_receive_buffer(broker: BrokerProcess) -> None:
+    """As Kafka's marker sender takes socket.receive.buffer.bytes for its connections."""
+    view = ClusterView("cluster")
+    view.brokers[7] = BrokerRegistration(7, "127.0.0.1", broker.port)
+    view.topics[GHOST.topic] = TopicAssignment(GHOST.topic, uuid.uuid4(), ((7,),), {})
+    view.partitions[GHOST] = PartitionState(7, 0, (7,), 0)
+    marker = Marker(GHOST, producer_id=1000, producer_epoch=0, commit=True)
+    mine = f"pid={os.getpid()},"
+
+    async def buffers() -> list[int]:
+        sender = TxnMarkerSender(view, 10.0, "test-markers", receive_buffer=40000)
+        try:
+            await sender._send([marker])  # connects, whatever the answer
+            return [
+                rb
+                for _, _, process, rb, _ in socket_buffers(f"dport = :{broker.port}")
+                if mine in process
+            ]
+        finally:
+            await sender.stop()
+
+    assert asyncio.run(buffers()) == [2 * 40000]  # Linux doubles a size that is set

@@ -166,6 +166,7 @@ class BrokerServer:
                 self.cluster.view,
                 config.get_int("replica.socket.timeout.ms") / 1000,
                 f"broker-{config.node_id}-txn-marker-sender",
+                config.get_int("socket.receive.buffer.bytes"),
             )
             self.markers.security = self.cluster.channel_security
             self.txns.send_markers = self._send_markers

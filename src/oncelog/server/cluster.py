@@ -118,6 +118,7 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
             config.get_int("replica.socket.timeout.ms") / 1000,
             wake,
             f"broker-{config.node_id}-txn-verifier",
+            config.get_int("socket.receive.buffer.bytes"),
         )
         replicas.isr_change_listener = self._propose_isr
         self.verifier.security = self.channel_security

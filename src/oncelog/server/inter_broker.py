@@ -107,8 +107,9 @@ class BrokerChannel:
         security: ChannelSecurity | None = None,
         receive_buffer: int = -1,
     ) -> None:
-        """`receive_buffer`: the connection's SO_RCVBUF, -1 for the OS default (Kafka sets
-        replica.socket.receive.buffer.bytes on its replica fetchers' connections only)."""
+        """`receive_buffer`: the connection's SO_RCVBUF, -1 for the OS default (Kafka's replica
+        fetchers take replica.socket.receive.buffer.bytes, its marker sender and
+        AddPartitionsToTxn manager socket.receive.buffer.bytes)."""
         self.node_id = node_id
         self.security = security
         self.receive_buffer = receive_buffer

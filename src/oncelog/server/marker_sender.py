@@ -44,10 +44,15 @@ _SETTLED = {
 
 
 class TxnMarkerSender:
-    def __init__(self, view: ClusterView, timeout_s: float, client_id: str) -> None:
+    def __init__(
+        self, view: ClusterView, timeout_s: float, client_id: str, receive_buffer: int = -1
+    ) -> None:
+        """`receive_buffer`: SO_RCVBUF of its connections, as Kafka's marker sender takes
+        socket.receive.buffer.bytes (-1: the OS's autotuning)."""
         self.view = view
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.receive_buffer = receive_buffer
         self._channels: dict[int, BrokerChannel] = {}
         #: TLS / SASL to the peers' inter-broker listener (set by the server).
         self.security: ChannelSecurity | None = None
@@ -124,6 +129,7 @@ class TxnMarkerSender:
                 self.timeout_s,
                 self.client_id,
                 self.security,
+                self.receive_buffer,
             )
             self._channels[leader] = channel
         try:

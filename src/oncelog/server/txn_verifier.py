@@ -34,10 +34,14 @@ class TxnVerifier:
         timeout_s: float,
         wake: Callable[[Sequence[Hashable]], None],
         client_id: str,
+        receive_buffer: int = -1,
     ) -> None:
+        """`receive_buffer`: SO_RCVBUF of its connections, as Kafka's AddPartitionsToTxn
+        manager takes socket.receive.buffer.bytes (-1: the OS's autotuning)."""
         self.view = view
         self.client_id = client_id
         self.timeout_s = timeout_s
+        self.receive_buffer = receive_buffer
         self.wake = wake
         self._channels: dict[int, BrokerChannel] = {}
         #: TLS / SASL to the peers' inter-broker listener (set by the cluster runtime).
@@ -128,6 +132,7 @@ class TxnVerifier:
                 self.timeout_s,
                 self.client_id,
                 self.security,
+                self.receive_buffer,
             )
             self._channels[registration.node_id] = channel
         return channel
