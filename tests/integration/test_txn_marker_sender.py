@@ -21,12 +21,18 @@ from tests.integration.test_socket_buffers import socket_buffers
 GHOST = TopicPartition("not-on-that-broker", 0)
 
 
-def test_an_unknown_partition_is_retried_unless_the_topic_is_gone(broker: BrokerProcess) -> None:
+def ghost_view(broker: BrokerProcess) -> tuple[ClusterView, Marker]:
+    """A cluster view in which `broker` (as broker 7) leads GHOST, which it does not have,
+    and a marker for GHOST."""
     view = ClusterView("cluster")
     view.brokers[7] = BrokerRegistration(7, "127.0.0.1", broker.port)
     view.topics[GHOST.topic] = TopicAssignment(GHOST.topic, uuid.uuid4(), ((7,),), {})
     view.partitions[GHOST] = PartitionState(7, 0, (7,), 0)
-    marker = Marker(GHOST, producer_id=1000, producer_epoch=0, commit=True)
+    return view, Marker(GHOST, producer_id=1000, producer_epoch=0, commit=True)
+
+
+def test_an_unknown_partition_is_retried_unless_the_topic_is_gone(broker: BrokerProcess) -> None:
+    view, marker = ghost_view(broker)
 
     async def attempts() -> tuple[bool, bool]:
         sender = TxnMarkerSender(view, 10.0, "test-markers")
@@ -43,11 +49,7 @@ def test_an_unknown_partition_is_retried_unless_the_topic_is_gone(broker: Broker
 
 def test_the_marker_senders_connections_get_the_receive_buffer(broker: BrokerProcess) -> None:
     """As Kafka's marker sender takes socket.receive.buffer.bytes for its connections."""
-    view = ClusterView("cluster")
-    view.brokers[7] = BrokerRegistration(7, "127.0.0.1", broker.port)
-    view.topics[GHOST.topic] = TopicAssignment(GHOST.topic, uuid.uuid4(), ((7,),), {})
-    view.partitions[GHOST] = PartitionState(7, 0, (7,), 0)
-    marker = Marker(GHOST, producer_id=1000, producer_epoch=0, commit=True)
+    view, marker = ghost_view(broker)
     mine = f"pid={os.getpid()},"
 
     async def buffers() -> list[int]:
