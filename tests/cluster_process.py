@@ -155,7 +155,21 @@ class Cluster:
         futures = admin.create_topics([new])
         for future in futures.values():
             future.result(15)
-        self.wait_for(lambda: all(p[0] >= 0 for p in self.partitions(name).values()), 15)
+        self.wait_for(
+            lambda: self._led_everywhere(name), 15, f"every broker knowing {name}'s leaders"
+        )
+
+    def _led_everywhere(self, topic: str) -> bool:
+        """Whether every running broker's metadata shows a leader for each of the topic's
+        partitions. A broker learns of a new topic from its etcd watch, a moment after the one
+        that answered CreateTopics; Kafka's own test harness waits the same way."""
+        for node, broker in self.brokers.items():
+            if not broker.alive():
+                continue
+            parts = self._partitions_via(topic, [node])
+            if not parts or any(leader < 0 for leader, _, _ in parts.values()):
+                return False
+        return True
 
     def partitions(
         self, topic: str, via: Iterable[int] | None = None
