@@ -299,7 +299,7 @@ class ReplicaManager:
     def append(
         self,
         tp: TopicPartition,
-        records: bytes,
+        records: bytes | memoryview,
         *,
         coordinator: bool = False,
         acks_all: bool = False,
@@ -392,7 +392,7 @@ class ReplicaManager:
         )
 
     def transactions_to_verify(
-        self, tp: TopicPartition, records: bytes
+        self, tp: TopicPartition, records: bytes | memoryview
     ) -> tuple[int, int] | None:
         """In a cluster: (producer id, epoch) when this partition's transactional batch opens
         a transaction here whose coordinator is another broker (it must be asked first)."""

@@ -65,7 +65,7 @@ class ValidatedRecords(NamedTuple):
     """The batches of one partition's produce data, all checked (a NamedTuple: one is made
     for every partition of every Produce)."""
 
-    data: bytes
+    data: bytes | memoryview  # a Produce's records are views of its request frame
     batches: list[tuple[int, BatchHeader]]  # (position in data, header)
     record_count: int
 
@@ -74,7 +74,11 @@ _new_tuple = tuple.__new__
 
 
 def validate_produce_records(
-    data: bytes, max_message_bytes: int, *, client: bool = True, compacted: bool = False
+    data: bytes | memoryview,
+    max_message_bytes: int,
+    *,
+    client: bool = True,
+    compacted: bool = False,
 ) -> ValidatedRecords:
     """Check every batch in `data`; raise the first error as a typed KafkaError.
 
@@ -117,7 +121,7 @@ def validate_produce_records(
     return ValidatedRecords(data, batches, records)
 
 
-def _checked_header(data: bytes, pos: int) -> BatchHeader:
+def _checked_header(data: bytes | memoryview, pos: int) -> BatchHeader:
     """Sizes first, as Kafka reads them: only a batch whose length fits is judged by magic."""
     remaining = len(data) - pos
     if remaining <= MAGIC_OFFSET:
@@ -137,7 +141,7 @@ def _checked_header(data: bytes, pos: int) -> BatchHeader:
     return parse_header(data, pos)
 
 
-def _check_batch(data: bytes, pos: int, header: BatchHeader, compacted: bool) -> None:
+def _check_batch(data: bytes | memoryview, pos: int, header: BatchHeader, compacted: bool) -> None:
     """The contents of one batch whose size and CRC were checked."""
     if header.is_control:
         raise InvalidRecord("clients are not allowed to write control records")

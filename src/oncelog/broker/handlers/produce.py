@@ -246,7 +246,7 @@ def _produce(
 def _append_partition(
     ctx: RequestContext,
     tp: TopicPartition,
-    records: bytes,
+    records: bytes | memoryview,
     acks: int,
     verified: frozenset[tuple[int, int, TopicPartition]],
     refused: dict[TopicPartition, ErrorCode],
