@@ -11,6 +11,7 @@ from oncelog.cli import (
     clients,
     cluster,
     configs,
+    dump_log,
     pipeline,
     serve,
     storage,
@@ -33,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     configs.add_parsers(sub)
     acls.add_parsers(sub)
     storage.add_parsers(sub)
+    dump_log.add_parsers(sub)
     users.add_parsers(sub)
     verify.add_parsers(sub)
     pipeline.add_parsers(sub)

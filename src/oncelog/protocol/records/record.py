@@ -8,6 +8,7 @@ key (varint length, -1 = null) | value (same) | header count varint | headers.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from oncelog.protocol.records.speedups import speedups as _speedups
 
@@ -198,3 +199,48 @@ def record_keys_and_values(
         out.append((key, value))
         pos = record_end
     return out
+
+
+class DecodedRecord(NamedTuple):
+    """One record of a batch, all of it (for tools that print a log: `oncelog dump-log`)."""
+
+    offset_delta: int
+    timestamp_delta: int
+    key: bytes | None
+    value: bytes | None
+    headers: list[tuple[str, bytes | None]]
+
+
+def decode_records(records: bytes | bytearray | memoryview, count: int) -> list[DecodedRecord]:
+    """Every field of each record of a decompressed batch body; RecordFormatError when a
+    record overruns its length or the body. Off the hot path (dump tools)."""
+    out: list[DecodedRecord] = []
+    pos, end = 0, len(records)
+    for _ in range(count):
+        length, body = decode_varint(records, pos, end)
+        record_end = body + length
+        if length < 1 or record_end > end:
+            raise RecordFormatError(f"record of {length} bytes overruns the batch")
+        ts_delta, p = decode_varint(records, body + 1, record_end)
+        offset_delta, p = decode_varint(records, p, record_end)
+        key, p = _blob(records, p, record_end)
+        value, p = _blob(records, p, record_end)
+        header_count, p = decode_varint(records, p, record_end)
+        headers: list[tuple[str, bytes | None]] = []
+        for _ in range(max(header_count, 0)):
+            name, p = _blob(records, p, record_end)
+            header_value, p = _blob(records, p, record_end)
+            headers.append(((name or b"").decode("utf-8", "replace"), header_value))
+        out.append(DecodedRecord(offset_delta, ts_delta, key, value, headers))
+        pos = record_end
+    return out
+
+
+def _blob(buf: bytes | bytearray | memoryview, pos: int, limit: int) -> tuple[bytes | None, int]:
+    """A varint-length byte string at `pos` (-1: null) and the position after it."""
+    size, pos = decode_varint(buf, pos, limit)
+    if size < 0:
+        return None, pos
+    if pos + size > limit:
+        raise RecordFormatError(f"a field of {size} bytes overruns its record")
+    return bytes(buf[pos : pos + size]), pos + size
