@@ -216,3 +216,7 @@ class InvalidReplicaAssignment(KafkaError):
 
 class NotController(KafkaError):
     code = ErrorCode.not_controller
+
+
+class NoReassignmentInProgress(KafkaError):
+    code = ErrorCode.no_reassignment_in_progress

@@ -16,7 +16,7 @@ import json
 import re
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
@@ -166,11 +166,30 @@ class ControllerInfo:
 
 
 @dataclass(frozen=True, slots=True)
+class Reassignment:
+    """A partition moving from `original` to `target` replicas (KIP-455). Meanwhile the
+    partition's replicas are both sets, target first; `adding` ones catch up as followers,
+    and once all of `target` is in the ISR the controller cuts the replicas to `target`."""
+
+    target: tuple[int, ...]
+    original: tuple[int, ...]
+
+    @property
+    def adding(self) -> tuple[int, ...]:
+        return tuple(r for r in self.target if r not in self.original)
+
+    @property
+    def removing(self) -> tuple[int, ...]:
+        return tuple(r for r in self.original if r not in self.target)
+
+
+@dataclass(frozen=True, slots=True)
 class TopicAssignment:
     """`topics/<name>`: the replicas of each partition (preferred leader first) and configs.
 
-    Written once by CreateTopics and rewritten by CreatePartitions; the controller derives
-    every partition state from it.
+    Written once by CreateTopics and rewritten by CreatePartitions and partition
+    reassignments (`reassignments`: partition -> its move in progress); the controller
+    derives every partition state from it.
     """
 
     name: str
@@ -178,29 +197,44 @@ class TopicAssignment:
     replicas: tuple[tuple[int, ...], ...]
     configs: Mapping[str, str]
     internal: bool = False
+    reassignments: Mapping[int, Reassignment] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         replicas = tuple(tuple(r) for r in self.replicas)
         for p, r in enumerate(replicas):
             if not r or len(set(r)) != len(r):
                 raise ClusterStateError(f"topic {self.name}: bad replicas of partition {p}: {r}")
+        for p, move in self.reassignments.items():
+            if not 0 <= p < len(replicas):
+                raise ClusterStateError(f"topic {self.name}: reassignment of no partition {p}")
+            if not move.target or len(set(move.target)) != len(move.target):
+                raise ClusterStateError(f"topic {self.name}: bad target of partition {p}")
+            if not set(move.target) | set(move.original) <= set(replicas[p]):
+                raise ClusterStateError(
+                    f"topic {self.name}: partition {p} moves outside its replicas {replicas[p]}"
+                )
         object.__setattr__(self, "replicas", replicas)
         object.__setattr__(self, "configs", MappingProxyType(dict(self.configs)))
+        object.__setattr__(self, "reassignments", MappingProxyType(dict(self.reassignments)))
 
     @property
     def partitions(self) -> int:
         return len(self.replicas)
 
     def to_bytes(self) -> bytes:
-        return dump_object(
-            {
-                "name": self.name,
-                "topic_id": str(self.topic_id),
-                "replicas": [list(r) for r in self.replicas],
-                "configs": dict(self.configs),
-                "internal": self.internal,
+        obj: dict[str, Any] = {
+            "name": self.name,
+            "topic_id": str(self.topic_id),
+            "replicas": [list(r) for r in self.replicas],
+            "configs": dict(self.configs),
+            "internal": self.internal,
+        }
+        if self.reassignments:
+            obj["reassignments"] = {
+                str(p): {"target": list(m.target), "original": list(m.original)}
+                for p, m in sorted(self.reassignments.items())
             }
-        )
+        return dump_object(obj)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> TopicAssignment:
@@ -216,6 +250,17 @@ class TopicAssignment:
         configs = typed_field(obj, "configs", dict, what)
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in configs.items()):
             raise ClusterStateError(f"{what}: 'configs' is not a map of strings")
+        moves = obj.get("reassignments", {})
+        if not isinstance(moves, dict):
+            raise ClusterStateError(f"{what}: 'reassignments' is not an object")
+        reassignments = {}
+        for p, move in moves.items():
+            if not isinstance(p, str) or not _INT.fullmatch(p) or not isinstance(move, dict):
+                raise ClusterStateError(f"{what}: bad reassignment {p!r}: {move!r}")
+            reassignments[int(p)] = Reassignment(
+                _ints(typed_field(move, "target", list, what), "target", what),
+                _ints(typed_field(move, "original", list, what), "original", what),
+            )
         return _decoded(
             what,
             cls,
@@ -224,6 +269,7 @@ class TopicAssignment:
             replicas,
             configs,
             typed_field(obj, "internal", bool, what),
+            reassignments,
         )
 
 

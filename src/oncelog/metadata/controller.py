@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 
 from oncelog.config import BrokerConfig
@@ -44,8 +44,10 @@ from oncelog.errors import (
     EligibleLeadersNotAvailable,
     InvalidPartitions,
     InvalidReplicaAssignment,
+    InvalidReplicationFactor,
     InvalidRequest,
     KafkaError,
+    NoReassignmentInProgress,
     PreferredLeaderNotAvailable,
     UnknownTopicOrPartition,
 )
@@ -53,6 +55,7 @@ from oncelog.metadata.cluster_state import (
     NO_LEADER,
     BrokerRegistration,
     PartitionState,
+    Reassignment,
     TopicAssignment,
 )
 from oncelog.metadata.placement import (
@@ -128,6 +131,10 @@ class PartitionWrite:
     expected_mod_revision: int
     new_state: PartitionState
     reason: str
+    #: A finished reassignment also rewrites the topic (its replicas cut to the target), in
+    #: the same etcd transaction, on the topic's mod_revision.
+    topic_update: TopicAssignment | None = None
+    topic_mod_revision: int = 0
 
     @property
     def tp(self) -> TopicPartition:
@@ -282,6 +289,32 @@ def isr_change(
     return PartitionState(leader, state.leader_epoch, isr, state.partition_epoch + 1, recovering)
 
 
+def complete_reassignment(
+    state: PartitionState, move: Reassignment, live: Iterable[int]
+) -> PartitionState | None:
+    """Rule 6 (KIP-455): the state that ends a reassignment, or None while it must wait.
+
+    A move ends once every target replica is in the ISR (a cancelled one, whose target is
+    its original replicas, as soon as one of them is): the ISR keeps only target replicas,
+    and a leader outside the target hands over to the first target replica in the ISR.
+    Nothing ends while the partition has no leader or is recovering (KIP-704)."""
+    if not state.has_leader or state.leader_recovery:
+        return None
+    cancelled = move.target == move.original
+    if not cancelled and not set(move.target) <= set(state.isr):
+        return None
+    isr = tuple(r for r in state.isr if r in move.target)
+    alive = set(live)
+    leader = (
+        state.leader
+        if state.leader in move.target
+        else next((r for r in move.target if r in isr and r in alive), NO_LEADER)
+    )
+    if leader == NO_LEADER:
+        return None
+    return _changed(state, leader, isr)
+
+
 def unclean_allowed(assignment: TopicAssignment, default: bool) -> bool:
     """The topic's unclean.leader.election.enable, else the cluster's."""
     value = assignment.configs.get(UNCLEAN_KEY)
@@ -300,6 +333,8 @@ class Controller:
         self._brokers: dict[int, BrokerRegistration] = {}
         self._broker_epochs: dict[int, int | None] = {}
         self._topics: dict[str, TopicAssignment] = {}
+        #: The mod_revision each topic was read at (0: unknown), for a reassignment's end.
+        self._topic_revisions: dict[str, int] = {}
         self._partitions: dict[TopicPartition, VersionedState] = {}
         self._next_rebalance_ms: int | None = None
         #: Leader changes seen while active (Kafka's LeaderElectionRateAndTimeMs count):
@@ -365,8 +400,11 @@ class Controller:
         why = f"broker {node_id} expired"
         return self._plan_all(self._partitions_of_broker(node_id), why, (self.live_brokers,))
 
-    def topic_changed(self, assignment: TopicAssignment) -> list[PartitionWrite]:
+    def topic_changed(
+        self, assignment: TopicAssignment, mod_revision: int = 0
+    ) -> list[PartitionWrite]:
         self._topics[assignment.name] = assignment
+        self._topic_revisions[assignment.name] = mod_revision
         tps = [TopicPartition(assignment.name, p) for p in range(assignment.partitions)]
         return self._plan_all(tps, f"topic {assignment.name} changed", (self.live_brokers,))
 
@@ -374,6 +412,7 @@ class Controller:
         """Forget the assignment. Partition states stay in the view until their keys are
         reported deleted (the IO adapter deletes them with the topic, in one transaction)."""
         self._topics.pop(name, None)
+        self._topic_revisions.pop(name, None)
         return []
 
     def partition_changed(
@@ -443,6 +482,58 @@ class Controller:
             writes.append(self._write(tp, view, result, why))
         return writes, errors
 
+    def reassign(
+        self,
+        name: str,
+        targets: Mapping[int, Sequence[int] | None],
+        *,
+        allow_replication_factor_change: bool = True,
+    ) -> tuple[TopicAssignment | None, dict[int, KafkaError | None]]:
+        """AlterPartitionReassignments for one topic: the assignment to write (None when
+        nothing changes) and each partition's outcome. A target of None cancels the
+        partition's move: it goes back to its original replicas. A new target while a move
+        is in progress replaces it; the original replicas stay those before the first."""
+        current = self._topics.get(name)
+        if current is None:
+            missing = UnknownTopicOrPartition(f"Topic {name} does not exist.")
+            return None, dict.fromkeys(targets, missing)
+        replicas = list(current.replicas)
+        moves = dict(current.reassignments)
+        outcome: dict[int, KafkaError | None] = {}
+        for p, asked in targets.items():
+            if not 0 <= p < current.partitions:
+                outcome[p] = UnknownTopicOrPartition(f"Partition {name}-{p} does not exist.")
+                continue
+            move = moves.get(p)
+            if asked is None:
+                if move is None:
+                    outcome[p] = NoReassignmentInProgress(
+                        f"Partition {name}-{p} has no ongoing reassignment."
+                    )
+                    continue
+                target = move.original
+            else:
+                try:
+                    validate_manual_assignment([asked], self.live_brokers)
+                except KafkaError as exc:
+                    outcome[p] = exc
+                    continue
+                target = tuple(asked)
+            original = move.original if move is not None else replicas[p]
+            if not allow_replication_factor_change and len(target) != len(original):
+                outcome[p] = InvalidReplicationFactor(
+                    f"The replication factor is changed from {len(original)} to {len(target)}"
+                )
+                continue
+            outcome[p] = None
+            if move is None and target == replicas[p]:
+                continue  # already there: nothing to move
+            replicas[p] = target + tuple(r for r in replicas[p] if r not in target)
+            moves[p] = Reassignment(target, original)
+        if tuple(replicas) == current.replicas and moves == dict(current.reassignments):
+            return None, outcome
+        return replace(current, replicas=tuple(replicas), reassignments=moves), outcome
+
     def create_topic_assignment(
         self,
         name: str,
@@ -503,9 +594,7 @@ class Controller:
                 next_replica_shift=start,
                 first_partition=count,
             )
-        return TopicAssignment(
-            name, current.topic_id, current.replicas + added, current.configs, current.internal
-        )
+        return replace(current, replicas=current.replicas + added)
 
     # -- internals --------------------------------------------------------------------------
 
@@ -576,8 +665,35 @@ class Controller:
                 state, reason = step
                 reasons.append(reason)
         if not reasons:
-            return None
+            return self._plan_reassignment(tp, topic, view, state)
         return self._write(tp, view, state, f"{why}: {'; '.join(reasons)}")
+
+    def _plan_reassignment(
+        self,
+        tp: TopicPartition,
+        topic: TopicAssignment,
+        view: VersionedState,
+        state: PartitionState,
+    ) -> PartitionWrite | None:
+        """Rule 6 for a partition the other rules leave as it is: end its move if it can."""
+        move = topic.reassignments.get(tp.partition)
+        revision = self._topic_revisions.get(tp.topic, 0)
+        if move is None or revision <= 0:
+            return None
+        done = complete_reassignment(state, move, self.live_brokers)
+        if done is None:
+            return None
+        replicas = list(topic.replicas)
+        replicas[tp.partition] = move.target
+        moves = {p: m for p, m in topic.reassignments.items() if p != tp.partition}
+        cut = replace(topic, replicas=tuple(replicas), reassignments=moves)
+        before = list(topic.replicas[tp.partition])
+        why = (
+            f"reassignment complete: replicas {before} -> {list(move.target)}, "
+            f"leader {state.leader} -> {done.leader}"
+        )
+        write = self._write(tp, view, done, why)
+        return replace(write, topic_update=cut, topic_mod_revision=revision)
 
     def _write(
         self, tp: TopicPartition, view: VersionedState, new: PartitionState, why: str

@@ -15,6 +15,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable, Coroutine, Mapping
+from dataclasses import replace
 from typing import Any
 
 from oncelog.broker.cluster_view import PendingOp
@@ -59,9 +60,7 @@ class ClusterConfigOps:
                 if known is None:
                     raise UnknownTopicOrPartition(f"Topic {name} does not exist")
                 old = cs.TopicAssignment.from_bytes(known.value)
-                new = cs.TopicAssignment(
-                    old.name, old.topic_id, old.replicas, change(old.configs), old.internal
-                )
+                new = replace(old, configs=change(old.configs))
                 done = await self.store.compare_and_swap(key, known.mod_revision, new.to_bytes())
                 if done is not None:
                     log.info("topic %s: configs %s (etcd)", name, dict(new.configs))
