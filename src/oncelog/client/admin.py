@@ -56,6 +56,30 @@ class LogDirInfo:
     last_clean_ms: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class ReplicaLogInfo:
+    """One replica in a broker's log dir, as DescribeLogDirs reports it."""
+
+    tp: TopicPartition
+    size: int
+    offset_lag: int
+    #: A future replica (the target of a move between log dirs, AlterReplicaLogDirs).
+    is_future: bool
+    #: oncelog's cleaner tags (see LogDirInfo); None when absent.
+    dirty_ratio: float | None
+    last_clean_ms: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class LogDirDescription:
+    """One log dir of one broker: its path, its error (0, or KAFKA_STORAGE_ERROR for an
+    offline dir, which lists no replicas) and its replicas."""
+
+    log_dir: str
+    error_code: int
+    replicas: tuple[ReplicaLogInfo, ...]
+
+
 class Admin:
     def __init__(
         self,
@@ -239,39 +263,57 @@ class Admin:
         """Each partition's replica on its leader (all topics when `topics` is None), one
         DescribeLogDirs request per broker; partitions no leader reported are left out."""
         out: dict[TopicPartition, LogDirInfo] = {}
-        requests: dict[int, dict[str, Any]] = {}
+        requests: dict[int, dict[str, list[int]] | None] = {}
         if topics is None:
-            requests = {node_id: {"topics": None} for node_id in sorted(self._nodes)}
+            requests = dict.fromkeys(sorted(self._nodes))
         else:
             led = [tp for tp in self.leaders if tp.topic in topics and self.leaders[tp] >= 0]
             for node_id, wanted in self.by_leader(sorted(led)).items():
-                entries = [{"topic": t, "partitions": ps} for t, ps in wanted.items()]
-                requests[node_id] = {"topics": entries}
-        for node_id, request in requests.items():
-            response = self.node(node_id).call(DESCRIBE_LOG_DIRS, (1, 4), request)
-            if int(getattr(response, "error_code", 0)) != 0:
-                raise ClientError(
-                    f"broker {node_id} cannot describe its log dirs: "
-                    f"{error_name(int(response.error_code))}"
-                )
-            for result in response.results:
-                if int(result.error_code) != 0:
+                requests[node_id] = dict(wanted)
+        for node_id, wanted_topics in requests.items():
+            for log_dir in self.broker_log_dirs(node_id, wanted_topics):
+                if log_dir.error_code != 0:
                     continue  # an offline log dir (KAFKA_STORAGE_ERROR) lists no partitions
-                for topic in result.topics:
-                    for p in topic.partitions:
-                        tp = TopicPartition(topic.name, p.partition_index)
-                        if self.leaders.get(tp) != node_id or p.is_future_key:
-                            continue
-                        ratio = getattr(p, "dirty_ratio", -1.0)
-                        cleaned = getattr(p, "last_clean_time_ms", -1)
-                        out[tp] = LogDirInfo(
-                            tp,
-                            result.log_dir,
+                for r in log_dir.replicas:
+                    if self.leaders.get(r.tp) != node_id or r.is_future:
+                        continue
+                    out[r.tp] = LogDirInfo(
+                        r.tp, log_dir.log_dir, r.size, r.offset_lag, r.dirty_ratio, r.last_clean_ms
+                    )
+        return out
+
+    def broker_log_dirs(
+        self, node_id: int, topics: dict[str, list[int]] | None = None
+    ) -> list[LogDirDescription]:
+        """One DescribeLogDirs to broker `node_id`: every log dir it has, with the replicas
+        of `topics` (topic -> partitions; None: every replica) it holds in each."""
+        entries = None
+        if topics is not None:
+            entries = [{"topic": t, "partitions": ps} for t, ps in topics.items()]
+        response = self.node(node_id).call(DESCRIBE_LOG_DIRS, (1, 4), {"topics": entries})
+        if int(getattr(response, "error_code", 0)) != 0:
+            raise ClientError(
+                f"broker {node_id} cannot describe its log dirs: "
+                f"{error_name(int(response.error_code))}"
+            )
+        out: list[LogDirDescription] = []
+        for result in response.results:
+            replicas: list[ReplicaLogInfo] = []
+            for topic in result.topics:
+                for p in topic.partitions:
+                    ratio = getattr(p, "dirty_ratio", -1.0)
+                    cleaned = getattr(p, "last_clean_time_ms", -1)
+                    replicas.append(
+                        ReplicaLogInfo(
+                            TopicPartition(topic.name, p.partition_index),
                             int(p.partition_size),
                             int(p.offset_lag),
+                            bool(p.is_future_key),
                             None if ratio < 0 else float(ratio),
                             None if cleaned < 0 else int(cleaned),
                         )
+                    )
+            out.append(LogDirDescription(result.log_dir, int(result.error_code), tuple(replicas)))
         return out
 
     def latest_offsets(
