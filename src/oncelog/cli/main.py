@@ -11,7 +11,10 @@ from oncelog.cli import (
     clients,
     cluster,
     configs,
+    delete_records,
     dump_log,
+    get_offsets,
+    log_dirs,
     pipeline,
     serve,
     storage,
@@ -36,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     storage.add_parsers(sub)
     dump_log.add_parsers(sub)
     users.add_parsers(sub)
+    get_offsets.add_parsers(sub)
+    delete_records.add_parsers(sub)
+    log_dirs.add_parsers(sub)
     verify.add_parsers(sub)
     pipeline.add_parsers(sub)
     return parser
