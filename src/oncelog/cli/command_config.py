@@ -111,32 +111,32 @@ class AdminSession:
                     raise
 
 
-def protocol_security(config: dict[str, str]) -> tuple[SaslLogin | None, ssl.SSLContext | None]:
+def protocol_security(props: dict[str, str]) -> tuple[SaslLogin | None, ssl.SSLContext | None]:
     """The SASL login and TLS context `oncelog.client` needs for the same listener."""
-    protocol = config.get("security.protocol", "plaintext").upper()
+    protocol = props.get("security.protocol", "plaintext").upper()
     if protocol not in ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"):
-        raise UsageError(f"unknown security.protocol: {config['security.protocol']}")
+        raise UsageError(f"unknown security.protocol: {props['security.protocol']}")
     login = None
     if protocol.startswith("SASL_"):
-        mechanism = config.get("sasl.mechanism", config.get("sasl.mechanisms", "GSSAPI"))
+        mechanism = props.get("sasl.mechanism", props.get("sasl.mechanisms", "GSSAPI"))
         if mechanism.upper() not in ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"):
             raise UsageError(f"sasl.mechanism {mechanism} is not supported by this tool")
         login = SaslLogin(
-            mechanism.upper(), config.get("sasl.username", ""), config.get("sasl.password", "")
+            mechanism.upper(), props.get("sasl.username", ""), props.get("sasl.password", "")
         )
     context = None
     if protocol.endswith("SSL"):
         try:
-            context = ssl.create_default_context(cafile=config.get("ssl.ca.location"))
-            if config.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+            context = ssl.create_default_context(cafile=props.get("ssl.ca.location"))
+            if props.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
                 context.check_hostname = False
-            if config.get("enable.ssl.certificate.verification", "true").lower() == "false":
+            if props.get("enable.ssl.certificate.verification", "true").lower() == "false":
                 context.check_hostname = False
                 context.verify_mode = ssl.CERT_NONE
-            certificate = config.get("ssl.certificate.location")
+            certificate = props.get("ssl.certificate.location")
             if certificate:
                 context.load_cert_chain(
-                    certificate, config.get("ssl.key.location"), config.get("ssl.key.password")
+                    certificate, props.get("ssl.key.location"), props.get("ssl.key.password")
                 )
         except (OSError, ssl.SSLError) as exc:
             raise UsageError(f"bad TLS settings: {exc}") from None
