@@ -79,6 +79,16 @@ class ClusterOps(Protocol):
         ...
 
 
+    def reassign_partitions(
+        self,
+        name: str,
+        targets: Mapping[int, Sequence[int] | None],
+        allow_replication_factor_change: bool,
+    ) -> tuple[dict[int, KafkaError | None], PendingOp]:
+        """AlterPartitionReassignments for one topic (target None: cancel): each partition's
+        outcome, final once the op that writes the topic is done."""
+        ...
+
     def alter_topic_configs(
         self, name: str, change: Callable[[Mapping[str, str]], dict[str, str]]
     ) -> PendingOp:

@@ -80,6 +80,8 @@ class Partition:
         self.view = view
         if old is not None and view.leader_epoch == old.leader_epoch and self.role != Role.NONE:
             if self.leader is not None:
+                if view.replicas != old.replicas:
+                    self.leader.replicas_changed(view.replicas)
                 self.leader.isr_committed(frozenset(view.isr), view.partition_epoch)
             return Change.ISR_CHANGED
         if view.leader == self.node_id:

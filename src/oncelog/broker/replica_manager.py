@@ -512,6 +512,30 @@ class ReplicaManager:
                 mine.append(tp)
         return mine
 
+    def unassigned(
+        self, name: str, replicas: tuple[tuple[int, ...], ...]
+    ) -> list[TopicPartition]:
+        """Partitions of `name` this broker holds a log of without being one of their
+        replicas (reassigned elsewhere, or a stray from before)."""
+        node = self.config.node_id
+        return [
+            tp
+            for p, assigned in enumerate(replicas)
+            if node not in assigned
+            and (
+                (tp := TopicPartition(name, p)) in self.replicas_by_tp
+                or self.logs.get(tp) is not None
+            )
+        ]
+
+    def drop_replica(self, tp: TopicPartition) -> None:
+        """Stop holding `tp` here and delete its log (it moved to other brokers)."""
+        self.replicas_by_tp.pop(tp, None)
+        if self.logs.get(tp) is not None:
+            self.logs.delete(tp)
+            self.logs.checkpoint()
+        log.info("%s: not a replica on broker %d any more; log deleted", tp, self.config.node_id)
+
     def remove_topic(self, name: str) -> None:
         """etcd deleted the topic: drop its replicas and logs here."""
         topic = self.metadata.remove_topic(name)

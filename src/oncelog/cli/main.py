@@ -16,6 +16,7 @@ from oncelog.cli import (
     get_offsets,
     log_dirs,
     pipeline,
+    reassign,
     serve,
     storage,
     transactions,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     acls.add_parsers(sub)
     storage.add_parsers(sub)
     dump_log.add_parsers(sub)
+    reassign.add_parsers(sub)
     users.add_parsers(sub)
     get_offsets.add_parsers(sub)
     delete_records.add_parsers(sub)

@@ -38,6 +38,8 @@ class ApiKey(IntEnum):
     DESCRIBE_LOG_DIRS = 35
     CREATE_PARTITIONS = 37
     ELECT_LEADERS = 43
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
     DESCRIBE_CLUSTER = 60
     SASL_HANDSHAKE = 17
     SASL_AUTHENTICATE = 36
@@ -98,6 +100,9 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     ApiKey.CREATE_PARTITIONS: (0, 3),
     # v0 has no election type (preferred only); v1 adds it and the top-level error code.
     ApiKey.ELECT_LEADERS: (0, 2),
+    # v1 (KIP-860) adds allow_replication_factor_change.
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (0, 1),
+    ApiKey.LIST_PARTITION_REASSIGNMENTS: (0, 0),
     # v1 adds endpoint_type (brokers only; controllers: UNSUPPORTED_ENDPOINT_TYPE), v2
     # include_fenced_brokers (no broker is ever fenced).
     ApiKey.DESCRIBE_CLUSTER: (0, 2),

@@ -163,6 +163,14 @@ class LeaderState:
             return None
         return self.isr | {node_id}
 
+    def replicas_changed(self, replicas: tuple[int, ...]) -> None:
+        """A reassignment changed who replicates this partition (same leader epoch): new
+        replicas are followers that have not caught up yet, removed ones are forgotten."""
+        self.replicas = replicas
+        self.followers = {
+            r: self.followers.get(r) or FollowerReplica(r) for r in replicas if r != self.node_id
+        }
+
     def isr_proposed(self, isr: frozenset[int]) -> None:
         self.pending_isr = isr
 

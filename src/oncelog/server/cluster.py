@@ -315,9 +315,16 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
         self.replicas.apply_topic(
             name, assignment.topic_id, assignment.replicas, assignment.configs, assignment.internal
         )
+        # Partitions reassigned away from this broker (or strays left from before): stop
+        # replicating them, then delete their logs, as Kafka's StopReplica(delete) does.
+        for tp in self.replicas.unassigned(name, assignment.replicas):
+            self.fetcher.unfollow(tp)
+            self.leadership_listener(tp, False)
+            self.replicas.drop_replica(tp)
+            self.wake([tp])
         for p in range(assignment.partitions):
             self._apply_partition(TopicPartition(name, p))
-        return self.controller.topic_changed(assignment)
+        return self.controller.topic_changed(assignment, event.mod_revision)
 
     def _partition_event(
         self, topic: str, partition: int, event: WatchEvent
@@ -433,9 +440,24 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
         for w in writes:
             key = cs.key_for_partition(w.topic, w.partition).encode()
             try:
-                done = await self.store.compare_and_swap(
-                    key, w.expected_mod_revision, w.new_state.to_bytes()
-                )
+                if w.topic_update is None:
+                    done: object = await self.store.compare_and_swap(
+                        key, w.expected_mod_revision, w.new_state.to_bytes()
+                    )
+                else:
+                    # A finished reassignment: the partition state first, so every broker
+                    # sees the new leader and ISR before the replicas are cut.
+                    written = await self.store.compare_and_swap_all(
+                        [
+                            (key, w.expected_mod_revision, w.new_state.to_bytes()),
+                            (
+                                cs.key_for_topic(w.topic).encode(),
+                                w.topic_mod_revision,
+                                w.topic_update.to_bytes(),
+                            ),
+                        ]
+                    )
+                    done = True if written else None
             except EtcdError as exc:
                 log.warning("controller: writing %s failed (%s); recomputing", w.tp, exc)
                 self._recompute.set()

@@ -17,6 +17,10 @@ key); the write runs as a task of the broker's loop and wakes that key when done
    writes and the per-partition refusals; each write is a CAS, a lost CAS is recomputed from
    the state that won (ELECTION_NOT_NEEDED if someone else elected the same leader). The
    answer waits until this broker's view has the written state.
+4. AlterPartitionReassignments: `Controller.reassign` gives the topic's new assignment (the
+   moving partitions' replicas become target plus original, the move is recorded with the
+   topic) and the per-partition refusals; it is written to `topics/<name>` by CAS, and a
+   lost CAS is recomputed. The controller ends each move once its targets are in the ISR.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Coroutine, Hashable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Hashable, Iterable, Mapping, Sequence
 from typing import Any
 
 from oncelog.broker.cluster_view import ClusterView, PendingOp
@@ -250,3 +254,46 @@ class ClusterAdminOps:
                 return errors.get(write.tp)
             write = again[0]
         return UnknownServerError(f"{write.tp} kept changing; no election")
+
+    # -- AlterPartitionReassignments ---------------------------------------------------------
+
+    def reassign_partitions(
+        self,
+        name: str,
+        targets: Mapping[int, Sequence[int] | None],
+        allow_replication_factor_change: bool,
+    ) -> tuple[dict[int, KafkaError | None], PendingOp]:
+        """Start, replace or cancel (target None) the moves of `name`'s partitions: each
+        partition's outcome (refusals at once; a write that fails later replaces the
+        successes) and the op that writes the topic."""
+        key = cs.key_for_topic(name).encode()
+        _, outcome = self.controller.reassign(
+            name, targets, allow_replication_factor_change=allow_replication_factor_change
+        )
+        wanted = {p: t for p, t in targets.items() if outcome.get(p) is None}
+        op = PendingOp(key=("reassign", name, next(_ids)))
+        if not wanted:
+            op.finish(None)
+            return outcome, op
+
+        async def work() -> None:
+            assert self.store is not None
+            for _ in range(ATTEMPTS):
+                known = self._versions.get(key)
+                if known is None:
+                    raise UnknownTopicOrPartition(f"Topic {name} does not exist.")
+                moved, again = self.controller.reassign(
+                    name, wanted, allow_replication_factor_change=allow_replication_factor_change
+                )
+                outcome.update(again)
+                if moved is None:
+                    return
+                done = await self.store.compare_and_swap(key, known.mod_revision, moved.to_bytes())
+                if done is not None:
+                    log.info("topic %s: reassigning %s (etcd)", name, dict(moved.reassignments))
+                    await self._seen(key, done.mod_revision)
+                    return
+                await self._seen(key, known.mod_revision + 1)  # recompute from the change
+            raise UnknownServerError(f"topic {name} kept changing; not reassigned")
+
+        return outcome, self._spawn(op, work)

@@ -324,6 +324,21 @@ class EtcdStore:
         )  # fmt: skip
         return self._versioned(responses[1][0][1]) if ok else None
 
+    async def compare_and_swap_all(
+        self, items: list[tuple[bytes, int, bytes]], *, timeout_s: float | None = None
+    ) -> bool:
+        """Put every (key, value) in one transaction if each key's mod_revision is still
+        the one given (0: must not exist); False, and nothing written, otherwise."""
+        full = [(self._root + key, revision, value) for key, revision, value in items]
+        ok, _ = await self._txn(
+            "compare-and-swap",
+            [txn.Mod(key) == revision for key, revision, _ in full],
+            [txn.Put(key, value, 0) for key, _, value in full],
+            [],
+            timeout_s,
+        )
+        return ok
+
     async def delete(
         self, key: bytes, *, expected_mod_revision: int | None = None,
         timeout_s: float | None = None,

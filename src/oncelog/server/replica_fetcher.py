@@ -197,6 +197,8 @@ class ReplicaFetcher:
                 follower = replica.follower if replica is not None else None
                 if replica is None or follower is None or follower.leader_epoch != epoch:
                     continue  # the state moved on while we asked
+                if self.replicas.replicas_by_tp.get(tp) is not replica:
+                    continue  # dropped here while we asked (reassigned away)
                 if p.error_code != ErrorCode.none:
                     self._park(replica, p.error_code)
                     continue
@@ -266,13 +268,14 @@ class ReplicaFetcher:
             return
         # An incremental answer carries only the partitions with news.
         positions = link.positions
+        held = self.replicas.replicas_by_tp
         for topic in response.responses:
             name = topic.topic
             for p in topic.partitions:
                 tp = TopicPartition(name, p.partition_index)
                 replica = link.fetching.get(tp)
-                if replica is None:
-                    continue
+                if replica is None or held.get(tp) is not replica:
+                    continue  # not fetched, or dropped here while asked (reassigned away)
                 link.dirty.add(tp)  # its position moves, or it leaves the fetching phase
                 epoch, offset, _ = positions[tp]
                 follower = replica.follower

@@ -1,0 +1,306 @@
+"""`oncelog reassign-partitions`: move partitions between brokers, as
+`kafka-reassign-partitions.sh` does, with its JSON files and its messages.
+
+`--generate` proposes an assignment of some topics over a broker list (Kafka's round robin),
+`--execute` starts the moves of a reassignment file after printing the current assignment
+to roll back to, `--verify` says of each partition whether its move is complete, `--cancel`
+takes moves back to their original replicas and `--list` shows the moves in progress. Moves
+go through AlterPartitionReassignments (KIP-455); the brokers copy the data while producers
+and consumers go on, and the controller switches each partition once its new replicas are in
+sync. Throttles (`--throttle`) are not offered: replication is not rate-limited.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from oncelog.cli.console import add_bootstrap, exits_quietly, fail
+from oncelog.client import reassignments
+from oncelog.client.admin import Admin
+from oncelog.client.connection import ClientError
+from oncelog.errors import KafkaError
+from oncelog.metadata.placement import assign_replicas
+from oncelog.types import TopicPartition
+
+DESCRIPTION = """\
+Move partitions to other brokers (like kafka-reassign-partitions.sh).
+
+examples:
+  oncelog reassign-partitions --generate --topics-to-move-json-file topics.json --broker-list 1,2,3
+  oncelog reassign-partitions --execute --reassignment-json-file plan.json
+  oncelog reassign-partitions --verify --reassignment-json-file plan.json
+  oncelog reassign-partitions --list
+
+plan.json: {"version":1,"partitions":[{"topic":"t","partition":0,"replicas":[2,3]}]}
+topics.json: {"version":1,"topics":[{"topic":"t"}]}
+"""
+
+Plan = dict[TopicPartition, list[int]]
+
+
+class _BadInput(ValueError):
+    """A file or argument that cannot be used: one line, exit 2."""
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser(
+        "reassign-partitions",
+        help="move partitions between brokers (like kafka-reassign-partitions)",
+        description=DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_bootstrap(p)
+    actions = p.add_mutually_exclusive_group(required=True)
+    for name, what in (
+        ("generate", "propose an assignment of --topics-to-move-json-file over --broker-list"),
+        ("execute", "start the moves of --reassignment-json-file"),
+        ("verify", "whether the moves of --reassignment-json-file are complete"),
+        ("cancel", "take the moves of --reassignment-json-file back"),
+        ("list", "the moves in progress"),
+    ):
+        actions.add_argument(f"--{name}", action="store_true", help=what)
+    p.add_argument("--reassignment-json-file", metavar="FILE", help="the moves, as Kafka's JSON")
+    p.add_argument("--topics-to-move-json-file", metavar="FILE", help="with --generate")
+    p.add_argument("--broker-list", metavar="1,2,3", help="with --generate: the brokers to use")
+    p.add_argument(
+        "--additional",
+        action="store_true",
+        help="with --execute: start these moves although others are in progress",
+    )
+    p.add_argument("--timeout", type=int, default=30_000, metavar="MS", help="request timeout (ms)")
+    p.set_defaults(func=run)
+
+
+@exits_quietly
+def run(args: argparse.Namespace) -> int:
+    try:
+        plan = _read_plan(args) if not (args.list or args.generate) else {}
+        topics = _read_topics(args) if args.generate else []
+    except _BadInput as exc:
+        return fail(str(exc), 2)
+    try:
+        with Admin(args.bootstrap_server) as admin:
+            if args.list:
+                return _list(admin)
+            if args.generate:
+                return _generate(admin, topics, args.broker_list)
+            if args.verify:
+                return _verify(admin, plan)
+            if args.cancel:
+                return _cancel(admin, plan, args.timeout)
+            return _execute(admin, plan, args.additional, args.timeout)
+    except _BadInput as exc:
+        return fail(str(exc), 2)
+    except (ClientError, OSError) as exc:
+        return fail(str(exc))
+
+
+# -- the actions -------------------------------------------------------------------------------
+
+
+def _execute(admin: Admin, plan: Plan, additional: bool, timeout_ms: int) -> int:
+    current = _assignment(admin, {tp.topic for tp in plan})
+    missing = [tp for tp in plan if tp not in current]
+    if missing:
+        return fail(f"Topic partitions not found: {_names(missing)}")
+    if not additional and reassignments.ongoing(admin):
+        return fail(
+            "Cannot execute because there is an existing partition assignment.  Use "
+            "--additional to override this and create a new partition assignment in addition "
+            "to the existing one."
+        )
+    print("Current partition replica assignment\n")
+    print(_plan_json({tp: current[tp] for tp in sorted(plan)}))
+    print("\nSave this to use as the --reassignment-json-file option during rollback")
+    errors = {
+        tp: e
+        for tp, e in reassignments.alter(admin, dict(plan), timeout_ms).items()
+        if e is not None
+    }
+    if errors:
+        lines = "\n".join(f"{tp.topic}-{tp.partition}: {e}" for tp, e in sorted(errors.items()))
+        return fail(f"Error reassigning partition(s):\n{lines}")
+    print(f"Successfully started partition reassignments for {_names(plan)}")
+    return 0
+
+
+def _verify(admin: Admin, plan: Plan) -> int:
+    moving = reassignments.ongoing(admin, list(plan))
+    current = _assignment(admin, {tp.topic for tp in plan})
+    print("Status of partition reassignment:")
+    for tp, target in sorted(plan.items()):
+        name = f"{tp.topic}-{tp.partition}"
+        if tp in moving:
+            print(f"Reassignment of partition {name} is still in progress.")
+        elif current.get(tp) == target:
+            print(f"Reassignment of partition {name} is completed.")
+        else:
+            now = ",".join(map(str, current.get(tp, [])))
+            print(
+                f"There is no active reassignment of partition {name}, but replica set is "
+                f"{now} rather than {','.join(map(str, target))}."
+            )
+    return 0
+
+
+def _cancel(admin: Admin, plan: Plan, timeout_ms: int) -> int:
+    outcome = reassignments.alter(admin, dict.fromkeys(plan), timeout_ms)
+    errors = {tp: e for tp, e in outcome.items() if e is not None}
+    done = [tp for tp, e in outcome.items() if e is None]
+    if done:
+        print(f"Successfully cancelled partition reassignments for: {_names(done)}")
+    if errors:
+        lines = "\n".join(f"{tp.topic}-{tp.partition}: {e}" for tp, e in sorted(errors.items()))
+        return fail(f"Error cancelling partition reassignment(s):\n{lines}")
+    return 0
+
+
+def _list(admin: Admin) -> int:
+    moving = reassignments.ongoing(admin)
+    if not moving:
+        print("No partition reassignments found.")
+        return 0
+    print("Current partition reassignments:")
+    for tp, move in sorted(moving.items()):
+        print(
+            f"{tp.topic}-{tp.partition}: replicas: {','.join(map(str, move.replicas))}. "
+            f"adding: {','.join(map(str, move.adding))}. "
+            f"removing: {','.join(map(str, move.removing))}."
+        )
+    return 0
+
+
+def _generate(admin: Admin, topics: list[str], broker_list: str | None) -> int:
+    brokers = _broker_list(broker_list)
+    current = _assignment(admin, set(topics))
+    missing = sorted(set(topics) - {tp.topic for tp in current})
+    if missing:
+        return fail(f"Topic(s) not found: {', '.join(missing)}")
+    proposed: Plan = {}
+    for topic in topics:
+        parts = sorted(tp for tp in current if tp.topic == topic)
+        rf = len(current[parts[0]])
+        try:
+            placed = assign_replicas(
+                brokers,
+                len(parts),
+                rf,
+                start_index=random.randrange(len(brokers)),
+                next_replica_shift=random.randrange(len(brokers)),
+            )
+        except KafkaError as exc:
+            return fail(f"{topic}: {exc}")
+        proposed.update({tp: list(r) for tp, r in zip(parts, placed, strict=True)})
+    print("Current partition replica assignment")
+    print(_plan_json({tp: current[tp] for tp in sorted(proposed)}))
+    print("\nProposed partition reassignment configuration")
+    print(_plan_json(proposed))
+    return 0
+
+
+# -- files and metadata --------------------------------------------------------------------------
+
+
+def _read_plan(args: argparse.Namespace) -> Plan:
+    if not args.reassignment_json_file:
+        raise _BadInput("--reassignment-json-file is required with --execute, --verify, --cancel")
+    data = _read_json(args.reassignment_json_file)
+    entries = data.get("partitions") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise _BadInput(f'{args.reassignment_json_file}: no "partitions" to reassign')
+    plan: Plan = {}
+    for entry in entries:
+        if not isinstance(entry, dict):
+            raise _BadInput(f"{args.reassignment_json_file}: a partition is not an object")
+        topic, partition, replicas = (entry.get(k) for k in ("topic", "partition", "replicas"))
+        if (
+            not isinstance(topic, str)
+            or not _is_int(partition)
+            or not isinstance(replicas, list)
+            or not all(_is_int(r) for r in replicas)
+        ):
+            raise _BadInput(
+                f'{args.reassignment_json_file}: each partition needs "topic", "partition" '
+                f'and "replicas" (broker ids): {json.dumps(entry)}'
+            )
+        assert isinstance(partition, int)  # checked above
+        tp = TopicPartition(topic, partition)
+        if tp in plan:
+            raise _BadInput(f"{args.reassignment_json_file}: {topic}-{partition} is listed twice")
+        plan[tp] = [int(r) for r in replicas]
+    return plan
+
+
+def _read_topics(args: argparse.Namespace) -> list[str]:
+    if not args.topics_to_move_json_file or not args.broker_list:
+        raise _BadInput("--generate needs --topics-to-move-json-file and --broker-list")
+    data = _read_json(args.topics_to_move_json_file)
+    entries = data.get("topics") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("topic"), str) for e in entries
+    ):
+        raise _BadInput(
+            f'{args.topics_to_move_json_file}: expected {{"topics": [{{"topic": ...}}]}}'
+        )
+    _broker_list(args.broker_list)
+    return list(dict.fromkeys(e["topic"] for e in entries))
+
+
+def _read_json(path: str) -> Any:
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise _BadInput(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _BadInput(f"{path} is not JSON: {exc}") from None
+
+
+def _broker_list(text: str | None) -> list[int]:
+    try:
+        brokers = sorted({int(b) for b in (text or "").split(",") if b.strip()})
+    except ValueError:
+        raise _BadInput(f"--broker-list must be broker ids like 1,2,3, not {text!r}") from None
+    if not brokers:
+        raise _BadInput("--broker-list names no broker")
+    return brokers
+
+
+def _assignment(admin: Admin, topics: set[str]) -> Plan:
+    """Each partition's replicas now, from Metadata."""
+    metadata = admin.refresh_metadata(sorted(topics))
+    return {
+        TopicPartition(t.name, p.partition_index): [int(r) for r in p.replica_nodes]
+        for t in metadata.topics
+        if t.error_code == 0
+        for p in t.partitions
+    }
+
+
+def _plan_json(plan: Plan) -> str:
+    return json.dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {
+                    "topic": tp.topic,
+                    "partition": tp.partition,
+                    "replicas": replicas,
+                    "log_dirs": ["any"] * len(replicas),
+                }
+                for tp, replicas in sorted(plan.items())
+            ],
+        },
+        separators=(",", ":"),
+    )
+
+
+def _names(tps: Any) -> str:
+    return ",".join(f"{tp.topic}-{tp.partition}" for tp in sorted(tps))
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
