@@ -198,6 +198,17 @@ def test_the_tool_says_what_is_wrong_in_one_line(cluster: Cluster, tmp_path: Pat
     result = tool(cluster, "--execute", "--reassignment-json-file", str(bad))
     assert result.returncode == 2 and result.stderr.startswith("Error: ")
     assert result.stderr.count("\n") == 1
+    dirs = _write(
+        tmp_path / "dirs.json",
+        {
+            "version": 1,
+            "partitions": [
+                {"topic": "tooled", "partition": 0, "replicas": [1], "log_dirs": ["/d1"]}
+            ],
+        },
+    )
+    result = tool(cluster, "--execute", "--reassignment-json-file", str(dirs))
+    assert result.returncode == 2 and "log dirs" in result.stderr
     missing = tool(cluster, "--verify", "--reassignment-json-file", str(tmp_path / "none.json"))
     assert missing.returncode == 2 and missing.stderr.count("\n") == 1
     unknown = _write(

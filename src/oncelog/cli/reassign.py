@@ -227,6 +227,12 @@ def _read_plan(args: argparse.Namespace) -> Plan:
                 f'{args.reassignment_json_file}: each partition needs "topic", "partition" '
                 f'and "replicas" (broker ids): {json.dumps(entry)}'
             )
+        dirs = entry.get("log_dirs", [])
+        if not isinstance(dirs, list) or any(d != "any" for d in dirs):
+            raise _BadInput(
+                f'{args.reassignment_json_file}: {topic}-{partition}: only "any" log dirs; '
+                "moves between a broker's log dirs are not supported"
+            )
         assert isinstance(partition, int)  # checked above
         tp = TopicPartition(topic, partition)
         if tp in plan:

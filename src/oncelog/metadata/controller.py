@@ -25,7 +25,11 @@ Theory of operation (Kafka's ZooKeeper-mode controller, with etcd in ZooKeeper's
 6. Leaders change their own ISR (shrink and expand) with `isr_change`, also a CAS on the
    partition key; the controller only ever removes dead brokers from ISRs and elects leaders.
    Followers rejoin the ISR through their leader only.
-7. `tick(now_ms)` runs the preferred-leader rebalance every
+7. Reassignments (KIP-455) live in the topic: a moving partition's replicas are its target
+   and original ones together. `complete_reassignment` ends a move once every target replica
+   is in the ISR; that write also carries the topic cut to the target, and the IO adapter
+   applies both keys in one transaction (each on its own mod_revision).
+8. `tick(now_ms)` runs the preferred-leader rebalance every
    `leader.imbalance.check.interval.seconds` (first 5 s after taking over, as Kafka), and
    `elect_leaders` answers the ElectLeaders API. Time comes in as `now_ms`; nothing here
    reads a clock, so tests drive it by hand.
