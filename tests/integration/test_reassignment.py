@@ -42,12 +42,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
 
 
 def admin(cluster: Cluster) -> KafkaAdminClient:
-    return KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    """kafka-python's admin client, which has found the controller already (it asks any
+    broker, maybe one a test pauses next)."""
+    client = KafkaAdminClient(bootstrap_servers=cluster.bootstrap, request_timeout_ms=30_000)
+    client.list_partition_reassignments()
+    return client
 
 
 def moved(cluster: Cluster, topic: str, replicas: list[int]) -> bool:
-    """Every broker's Metadata shows `replicas` (in order) and a full ISR of them."""
-    for node in cluster.brokers:
+    """Every running broker's Metadata shows `replicas` (in order) and a full ISR of them."""
+    for node in [n for n, b in cluster.brokers.items() if b.alive()]:
         parts = cluster.partitions(topic, via=[node])
         leader, shown, isr = parts.get(0, (-1, [], []))
         if shown != replicas or sorted(isr) != sorted(replicas) or leader not in replicas:
@@ -57,6 +61,20 @@ def moved(cluster: Cluster, topic: str, replicas: list[int]) -> bool:
 
 def has_log(cluster: Cluster, node: int, topic: str) -> bool:
     return (cluster.brokers[node].data_dir / f"{topic}-0").exists()
+
+
+def controller(cluster: Cluster) -> int:
+    return int(cluster.admin().list_topics(timeout=10).controller_id)
+
+
+def controller_not_3(cluster: Cluster) -> int:
+    """The controller, moved off broker 3 first if needed: tests pause broker 3, and the
+    admin requests go to the controller."""
+    if controller(cluster) == 3:
+        cluster.brokers[3].restart()  # a clean stop hands the controller over at once
+        cluster.wait_for(lambda: controller(cluster) in (1, 2), 30, "a controller other than 3")
+        cluster.wait_brokers_known()
+    return controller(cluster)
 
 
 def test_a_partition_moves_while_a_producer_writes_and_loses_nothing(cluster: Cluster) -> None:
@@ -92,6 +110,7 @@ def test_a_partition_moves_while_a_producer_writes_and_loses_nothing(cluster: Cl
 
 def test_a_move_that_cannot_finish_is_listed_and_cancelled(cluster: Cluster) -> None:
     topic = "stuck"
+    controller_not_3(cluster)
     cluster.create_topic(topic, assignment=[[1, 2]])
     client = admin(cluster)
     cluster.pause(3)
@@ -114,6 +133,43 @@ def test_a_move_that_cannot_finish_is_listed_and_cancelled(cluster: Cluster) -> 
     cluster.wait_for(lambda: moved(cluster, topic, [1, 2]), 30, "the replicas back at [1, 2]")
     # Broker 3 was told of the move and of its cancel after waking: it keeps no log.
     cluster.wait_for(lambda: not has_log(cluster, 3, topic), 15, "broker 3 without a log")
+
+
+def test_a_move_survives_the_controller_being_killed_in_the_middle(cluster: Cluster) -> None:
+    """The move is open (its new replica, broker 3, is paused) when the controller, also the
+    partition's leader, is SIGKILLed: the next controller ends the move, the producer loses
+    and duplicates nothing, and the killed broker deletes its log when it comes back."""
+    killed = controller_not_3(cluster)
+    other = 3 - killed
+    topic = "failover-move"
+    cluster.create_topic(topic, assignment=[[killed, other]])
+    stream = Stream(cluster.bootstrap, topic, 200).start()
+    try:
+        stream.wait_acknowledged(200)
+        client = admin(cluster)
+        try:
+            cluster.pause(3)
+            try:
+                answer = client.alter_partition_reassignments({KTP(topic, 0): [other, 3]})
+                assert answer == {KTP(topic, 0): None}
+                assert KTP(topic, 0) in client.list_partition_reassignments()
+            finally:
+                cluster.brokers[killed].kill()
+                cluster.resume(3)
+        finally:
+            client.close()
+        cluster.wait_for(lambda: moved(cluster, topic, [other, 3]), 60, "the move's end")
+        cluster.brokers[killed].start()
+        cluster.wait_for(lambda: not has_log(cluster, killed, topic), 30, "the old log gone")
+        before = stream.total_acked
+        cluster.wait_for(lambda: stream.total_acked > before + 100, 30, "writes after the move")
+    finally:
+        stream.stop()
+    assert not stream.errors and stream.left == 0
+    values = read_values(cluster.bootstrap, topic)
+    assert len(values) == len(set(values)), "a duplicate"
+    assert sorted(values) == sorted(stream.acked[0]), "acknowledged and stored differ"
+    cluster.check_replicas_identical(topic)
 
 
 def test_requests_kafka_refuses_are_refused_per_partition(cluster: Cluster) -> None:
