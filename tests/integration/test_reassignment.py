@@ -124,6 +124,15 @@ def test_a_move_that_cannot_finish_is_listed_and_cancelled(cluster: Cluster) -> 
         }
         time.sleep(1)  # broker 3 cannot fetch: the move stays open
         assert KTP(topic, 0) in client.list_partition_reassignments()
+        described = subprocess.run(
+            [*ONCELOG, "topics", "describe", topic, "--bootstrap-server", cluster.bootstrap],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout.splitlines()
+        assert "ReplicationFactor: 2" in described[0]  # kafka-topics: adding ones do not count
+        assert "Replicas: 1,3,2\tIsr: 1,2\tAdding Replicas: 3\tRemoving Replicas: 2" in described[1]
         assert client.alter_partition_reassignments({KTP(topic, 0): None}) == {KTP(topic, 0): None}
         cluster.wait_for(lambda: not client.list_partition_reassignments(), 15, "no move")
         assert cluster.partitions(topic, via=[1])[0][1] == [1, 2]

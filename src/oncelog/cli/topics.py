@@ -22,6 +22,7 @@ from oncelog.cli.console import (
     fail,
     timestamp,
 )
+from oncelog.client import reassignments
 from oncelog.client.admin import Admin, LogDirInfo
 from oncelog.client.connection import ClientError
 from oncelog.types import TopicPartition
@@ -202,7 +203,7 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
     descriptions = admin.describe_topics(TopicCollection(names))
     configs = admin.describe_configs([ConfigResource("topic", n) for n in names])
     config_of = {resource.name: future for resource, future in configs.items()}
-    log_dirs = _log_dirs(args.bootstrap_server, names)
+    log_dirs, moves = _from_brokers(args.bootstrap_server, names)
     status = 0
     for name in names:
         try:
@@ -216,10 +217,11 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         if args.exclude_internal and topic.is_internal:
             continue
         partitions = sorted(topic.partitions, key=lambda p: p.id)
+        moving = {p.id: moves.get(TopicPartition(name, p.id)) for p in partitions}
         if filtered:
             for p in partitions:
-                if _selected(p, live, args):
-                    print(_partition_line(name, p, live))
+                if _selected(p, live, args, moving[p.id]):
+                    print(_partition_line(name, p, live, moving[p.id]))
             continue
         try:
             entries = config_of[name].result(TIMEOUT_S).values()
@@ -229,7 +231,7 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         except (KafkaException, TimeoutError) as exc:
             status = fail(f"configs of topic '{name}': {describe_error(exc) or 'no answer'}")
             overrides, compacted = "", False
-        replication = len(partitions[0].replicas) if partitions else 0
+        replication = _replication_factor(partitions[0], moving[0]) if partitions else 0
         print(
             f"Topic: {name}\tTopicId: {kafka_uuid(str(topic.topic_id))}\t"
             f"PartitionCount: {len(partitions)}\tReplicationFactor: {replication}\t"
@@ -237,7 +239,7 @@ def _describe(admin: Any, args: argparse.Namespace) -> int:
         )
         for p in partitions:
             print(
-                _partition_line(name, p, live)
+                _partition_line(name, p, live, moving[p.id])
                 + _storage(log_dirs.get(TopicPartition(name, p.id)), compacted)
             )
     return status
@@ -248,8 +250,15 @@ def has_leader(p: Any, live: set[int]) -> bool:
     return p.leader is not None and p.leader.id >= 0 and p.leader.id in live
 
 
-def _selected(p: Any, live: set[int], args: argparse.Namespace) -> bool:
-    under = len(p.isr) < len(p.replicas)
+def _replication_factor(p: Any, move: reassignments.OngoingMove | None) -> int:
+    """Kafka's: replicas being added to a moving partition do not count yet."""
+    return len(p.replicas) - (len(move.adding) if move is not None else 0)
+
+
+def _selected(
+    p: Any, live: set[int], args: argparse.Namespace, move: reassignments.OngoingMove | None
+) -> bool:
+    under = len(p.isr) < _replication_factor(p, move)
     return bool(
         (args.under_replicated_partitions and under)
         or (args.unavailable_partitions and not has_leader(p, live))
@@ -257,37 +266,60 @@ def _selected(p: Any, live: set[int], args: argparse.Namespace) -> bool:
 
 
 def partition_line(topic: str, partition: int, leader: int, replicas: list[int],
-                   isr: list[int], live: set[int]) -> str:  # fmt: skip
-    """`kafka-topics.sh --describe`'s line of a partition, `Offline:` when a replica's
-    broker is not alive."""
+                   isr: list[int], live: set[int],
+                   move: reassignments.OngoingMove | None = None) -> str:  # fmt: skip
+    """`kafka-topics.sh --describe`'s line of a partition: `Adding Replicas` and `Removing
+    Replicas` while it moves, `Offline:` when a replica's broker is not alive."""
     shown = str(leader) if leader >= 0 else "none"
     line = (
         f"\tTopic: {topic}\tPartition: {partition}\tLeader: {shown}\t"
         f"Replicas: {','.join(map(str, replicas))}\tIsr: {','.join(map(str, isr))}"
     )
+    if move is not None:
+        line += (
+            f"\tAdding Replicas: {','.join(map(str, move.adding))}"
+            f"\tRemoving Replicas: {','.join(map(str, move.removing))}"
+        )
     offline = [r for r in replicas if r not in live]
     if offline:
         line += f"\tOffline: {','.join(map(str, offline))}"
     return line
 
 
-def _partition_line(name: str, p: Any, live: set[int]) -> str:
+def _partition_line(
+    name: str, p: Any, live: set[int], move: reassignments.OngoingMove | None
+) -> str:
     leader = p.leader.id if p.leader is not None else -1
     return partition_line(
-        name, p.id, leader, [n.id for n in p.replicas], [n.id for n in p.isr], live
+        name, p.id, leader, [n.id for n in p.replicas], [n.id for n in p.isr], live, move
     )
 
 
-def _log_dirs(bootstrap: str, names: list[str]) -> dict[TopicPartition, LogDirInfo]:
-    """The partitions' sizes and cleaner state, one request per broker for all topics shown;
-    none (printed as `-`) when the brokers cannot say."""
+Moves = dict[TopicPartition, reassignments.OngoingMove]
+
+
+def _from_brokers(
+    bootstrap: str, names: list[str]
+) -> tuple[dict[TopicPartition, LogDirInfo], Moves]:
+    """The partitions' sizes and cleaner state (one request per broker for all topics
+    shown) and their moves in progress; none (sizes printed as `-`) when the brokers cannot
+    say (a broker without ListPartitionReassignments has no moves to show)."""
     for entry in bootstrap.split(","):  # the first broker that answers (some may be down)
         try:
             with Admin(entry.strip(), timeout=TIMEOUT_S) as admin:
-                return admin.describe_log_dirs(names)
+                log_dirs = admin.describe_log_dirs(names)
+                try:
+                    moves = {
+                        tp: move
+                        for tp, move in reassignments.ongoing(admin).items()
+                        if tp.topic in names
+                    }
+                except ClientError:
+                    moves = {}
+                return log_dirs, moves
         except (ClientError, OSError):
             continue
-    return {}
+    return {}, {}
 
 
 def _storage(info: LogDirInfo | None, compacted: bool) -> str:
