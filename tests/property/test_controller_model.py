@@ -6,12 +6,17 @@ controller over to a fresh one fed from etcd. The fake IO layer applies a random
 the controller's writes as compare-and-swaps; every other write is dropped and the key's
 real state is replayed to the controller as an event, as the real adapter does.
 
+Partitions are also moved to other replicas and moves cancelled (KIP-455); the controller
+ends a move in one write with the topic, which the fake applies only if neither key moved.
+
 Checked on every change etcd accepts: the leader is in the ISR or -1; the ISR is a
 non-empty subset of the replicas; without unclean election a new leader was in the ISR it
 replaced; epochs never go back, the partition epoch grows on every change and the leader
 epoch on every leader change. Checked on every write: it is addressed to the revision the
-controller was last told. Checked once everything is delivered: no online partition has a
-dead leader or dead ISR member, and an offline one has no live broker that could lead it.
+controller was last told. A move ends only once every target replica is in the ISR (a
+cancel at once), leaving an ISR of target replicas only. Checked once everything is
+delivered: no online partition has a dead leader or dead ISR member, an offline one has no
+live broker that could lead it, and no move that could end is left open.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from oncelog.metadata.controller import (
     Controller,
     ControllerSettings,
     PartitionWrite,
+    complete_reassignment,
     isr_change,
 )
 from oncelog.metadata.placement import assign_replicas
@@ -55,6 +61,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.epochs: dict[int, int | None] = {}
         self.next_epoch = 0
         self.now = 0
+        self.topic_rev = 0
 
     @initialize(
         unclean=st.booleans(),
@@ -75,7 +82,7 @@ class ControllerMachine(RuleBasedStateMachine):
             self.epochs[b] = self.next_epoch = self.next_epoch + 1
             self.take(self.controller.broker_registered(reg(b), self.epochs[b]))
         self.take(self.controller.became_controller(self.now))
-        self.take(self.controller.topic_changed(self.topic))
+        self.put_topic(self.topic)
 
     # -- the IO layer ---------------------------------------------------------------------
 
@@ -102,6 +109,11 @@ class ControllerMachine(RuleBasedStateMachine):
         self.etcd[tp] = (new, self.revision)
         self.feed(tp)
 
+    def put_topic(self, topic: TopicAssignment) -> None:
+        self.revision += 1
+        self.topic, self.topic_rev = topic, self.revision
+        self.take(self.controller.topic_changed(topic, self.revision))
+
     def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.topic.replicas[tp.partition]
 
@@ -110,9 +122,16 @@ class ControllerMachine(RuleBasedStateMachine):
         for i, w in enumerate(writes):
             current = self.etcd.get(w.tp)
             matches = (current[1] if current else 0) == w.expected_mod_revision
+            if w.topic_update is not None:
+                matches = matches and w.topic_mod_revision == self.topic_rev
             if matches and (keep[i] if i < len(keep) else True):
                 forced = w.reason.startswith("unclean election requested")
+                if w.topic_update is not None:
+                    assert current is not None
+                    check_move_end(self.topic, w, current[0])
                 self.put(w.tp, w.new_state, by_controller=True, forced=forced)
+                if w.topic_update is not None:
+                    self.put_topic(w.topic_update)
             else:
                 self.feed(w.tp)  # dropped or CAS failed: replay the real state
 
@@ -184,6 +203,18 @@ class ControllerMachine(RuleBasedStateMachine):
         assert {w.tp for w in writes} == {tp for tp, e in errors.items() if e is None}
         self.take(writes)
 
+    @rule(
+        tp=partitions,
+        replicas=st.none() | st.lists(brokers, min_size=1, max_size=3, unique=True),
+    )
+    def reassign(self, tp: TopicPartition, replicas: list[int] | None) -> None:
+        """An operator moves a partition (None: cancels its move)."""
+        assignment, outcome = self.controller.reassign("t", {tp.partition: replicas})
+        assert set(outcome) == {tp.partition}
+        if assignment is not None:
+            assert outcome[tp.partition] is None
+            self.put_topic(assignment)
+
     @rule()
     def fail_over(self) -> None:
         """A new controller, its view fed from etcd; the old one's writes can no longer
@@ -193,7 +224,7 @@ class ControllerMachine(RuleBasedStateMachine):
         self.controller = Controller(self.settings)
         for b in sorted(self.live):
             self.take(self.controller.broker_registered(reg(b), self.epochs.get(b)))
-        self.take(self.controller.topic_changed(self.topic))
+        self.take(self.controller.topic_changed(self.topic, self.topic_rev))
         for tp in TPS:
             self.feed(tp)
         self.take(self.controller.became_controller(self.now))
@@ -209,6 +240,9 @@ class ControllerMachine(RuleBasedStateMachine):
             state, rev = self.etcd[tp]
             assert self.seen[tp] == rev
             check_settled(state, self.replicas(tp), self.live, self.unclean)
+            move = self.topic.reassignments.get(tp.partition)
+            if move is not None:
+                assert complete_reassignment(state, move, self.live) is None, (move, state)
 
 
 def check_transition(
@@ -234,6 +268,17 @@ def check_transition(
     if by_controller:
         # The controller only removes from the ISR, unless it elects a leader uncleanly.
         assert set(new.isr) <= set(old.isr) or new.leader_recovery
+
+
+def check_move_end(topic: TopicAssignment, w: PartitionWrite, old: PartitionState) -> None:
+    """A move ends only with its targets in sync (a cancel at once), onto the target."""
+    assert w.topic_update is not None
+    move = topic.reassignments[w.partition]
+    assert w.partition not in w.topic_update.reassignments
+    assert w.topic_update.replicas[w.partition] == move.target
+    assert set(w.new_state.isr) <= set(move.target)
+    if move.target != move.original:
+        assert set(move.target) <= set(old.isr), (move, old)
 
 
 def check_settled(
