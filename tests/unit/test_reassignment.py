@@ -196,3 +196,11 @@ def test_a_move_survives_the_round_trip_through_etcd_bytes() -> None:
         TopicAssignment(
             "t", uuid.UUID(int=1), ((1, 2),), {}, False, {0: Reassignment((3,), (1, 2))}
         )
+
+
+def test_partitions_added_during_a_move_take_its_target_size() -> None:
+    etcd = cluster((1, 2))
+    start(etcd, [2])  # partition 0 shrinks to one replica: it is (2, 1) meanwhile
+    grown = etcd.c.add_partitions("t", 3)
+    assert grown.reassignments == etcd.topic().reassignments
+    assert [len(r) for r in grown.replicas[1:]] == [1, 1]

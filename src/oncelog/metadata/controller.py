@@ -579,7 +579,8 @@ class Controller:
                 f"The number of partitions for a topic can only be increased. Topic {name} "
                 f"currently has {count} partitions, {total} would not be an increase."
             )
-        rf = len(current.replicas[0])
+        moving = current.reassignments.get(0)  # its replicas are two sets for now
+        rf = len(moving.target if moving is not None else current.replicas[0])
         if manual is not None:
             if len(manual) != total - count:
                 raise InvalidReplicaAssignment(
