@@ -14,7 +14,12 @@ import pytest
 from oncelog.broker.partition import ReplicaView
 from oncelog.clock import ManualClock
 from oncelog.errors import ErrorCode
-from oncelog.metadata.cluster_state import NO_LEADER, PartitionState, TopicAssignment
+from oncelog.metadata.cluster_state import (
+    NO_LEADER,
+    PartitionState,
+    Reassignment,
+    TopicAssignment,
+)
 from oncelog.metadata.controller import Controller
 from oncelog.protocol.registry import ApiKey
 from oncelog.types import TopicPartition
@@ -178,6 +183,7 @@ def test_a_single_node_reports_healthy_replication_and_is_the_controller(broker:
     for name in (
         "oncelog_under_replicated_partitions",
         "oncelog_offline_partitions",
+        "oncelog_reassigning_partitions",
         "oncelog_at_min_isr_partitions",
         "oncelog_under_min_isr_partitions",
         "oncelog_isr_shrinks_total",
@@ -237,5 +243,10 @@ def test_the_controller_reports_elections_and_offline_partitions(broker: Broker)
     controller.partition_changed("c", 0, PartitionState(NO_LEADER, 2, (2,), 2), 14)
     assert broker.value("oncelog_offline_partitions") == 1
     assert broker.value("oncelog_leader_elections_total") == 1  # no leader: no election
+    move = {1: Reassignment((2, 3), (2, 1))}
+    moving = TopicAssignment("c", assignment.topic_id, ((2, 1), (2, 3, 1)), {}, False, move)
+    controller.topic_changed(moving, 15)
+    assert broker.value("oncelog_reassigning_partitions") == 1
     controller.lost_controller()
     assert broker.value("oncelog_offline_partitions") == 0  # only the active one reports
+    assert broker.value("oncelog_reassigning_partitions") == 0

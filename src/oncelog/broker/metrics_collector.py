@@ -235,6 +235,15 @@ class BrokerStateCollector(Collector):
             "Partitions without a live leader (reported by the active controller).",
             offline,
         )
+        moving = 0
+        if controller is not None and controller.active:
+            moving = sum(len(t.reassignments) for t in controller.topics.values())
+        yield _gauge(
+            "oncelog_reassigning_partitions",
+            "Partitions being moved to other replicas (Kafka's ReassigningPartitions; "
+            "reported by the active controller).",
+            moving,
+        )
         yield CounterMetricFamily(
             "oncelog_leader_elections",
             "Leader elections this broker made as the active controller.",
