@@ -53,22 +53,21 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     if ops is None:
         return _response(_single_node(ctx, asked, allow_rf_change), allow_rf_change)
     outcomes = {}
-    pending: list[PendingOp] = []
+    pending: list[tuple[str, PendingOp]] = []
     for name, moves in asked.items():
         outcome, op = ops.reassign_partitions(name, moves, allow_rf_change)
         outcomes[name] = outcome
         if not op.done:
-            pending.append(op)
+            pending.append((name, op))
         elif op.error is not None:
             outcomes[name] = _failed(outcome, op.error)
     if not pending:
         return _response(outcomes, allow_rf_change)
 
     def attempt(force: bool) -> dict[str, Any] | None:
-        if not force and not all(op.done for op in pending):
+        if not force and not all(op.done for _, op in pending):
             return None
-        for op in pending:
-            name = op.key[1] if isinstance(op.key, tuple) else ""
+        for name, op in pending:
             if op.error is not None:
                 outcomes[name] = _failed(outcomes[name], op.error)
             elif not op.done:
@@ -78,7 +77,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
 
     timeout_ms = max(int(request.timeout.total_seconds() * 1000), 1)
     deadline = ctx.broker.clock.monotonic_ms() + timeout_ms
-    return Delayed(attempt, deadline, tuple(op.key for op in pending))
+    return Delayed(attempt, deadline, tuple(op.key for _, op in pending))
 
 
 def _failed(
