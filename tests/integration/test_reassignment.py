@@ -124,6 +124,9 @@ def test_a_move_that_cannot_finish_is_listed_and_cancelled(cluster: Cluster) -> 
         }
         time.sleep(1)  # broker 3 cannot fetch: the move stays open
         assert KTP(topic, 0) in client.list_partition_reassignments()
+        listed_by_tool = tool(cluster, "--list").stdout.splitlines()
+        assert listed_by_tool[0] == "Current partition reassignments:"
+        assert f"{topic}-0: replicas: 1,3,2. adding: 3. removing: 2." in listed_by_tool
         described = subprocess.run(
             [*ONCELOG, "topics", "describe", topic, "--bootstrap-server", cluster.bootstrap],
             capture_output=True,
@@ -232,7 +235,7 @@ def test_the_tool_executes_verifies_and_rolls_back(cluster: Cluster, tmp_path: P
     assert rollback["partitions"] == [
         {"topic": topic, "partition": 0, "replicas": [2, 3], "log_dirs": ["any", "any"]}
     ]
-    assert lines[-1] == f"Successfully started partition reassignments for {topic}-0"
+    assert lines[-1] == f"Successfully started partition reassignment for {topic}-0"
 
     def completed() -> bool:
         out = tool(cluster, "--verify", "--reassignment-json-file", str(plan)).stdout
@@ -287,7 +290,8 @@ def test_the_tool_says_what_is_wrong_in_one_line(cluster: Cluster, tmp_path: Pat
         {"version": 1, "partitions": [{"topic": "tooled", "partition": 1, "replicas": [1]}]},
     )
     result = tool(cluster, "--cancel", "--reassignment-json-file", str(cancel))
-    assert result.returncode == 1 and "NO_REASSIGNMENT_IN_PROGRESS" in result.stderr
+    assert result.returncode == 0
+    assert result.stdout == "None of the specified partition reassignments are active.\n"
 
 
 def _write(path: Path, value: object) -> Path:

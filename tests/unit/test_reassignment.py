@@ -204,3 +204,22 @@ def test_partitions_added_during_a_move_take_its_target_size() -> None:
     grown = etcd.c.add_partitions("t", 3)
     assert grown.reassignments == etcd.topic().reassignments
     assert [len(r) for r in grown.replicas[1:]] == [1, 1]
+
+
+def test_a_new_order_of_the_same_replicas_is_no_move() -> None:
+    etcd = cluster((1, 2, 3))
+    etcd.leader_sets_isr((1, 2))  # 3 lags: a move would wait for it
+    start(etcd, [2, 1, 3])
+    assert etcd.topic().replicas == ((2, 1, 3),) and not etcd.topic().reassignments
+
+
+def test_a_replaced_move_lists_what_its_first_target_added_as_removing() -> None:
+    etcd = cluster((1, 2, 3), brokers=6)
+    start(etcd, [4, 5, 6])
+    start(etcd, [1, 2, 4])
+    move = etcd.topic().reassignments[0]
+    assert move == Reassignment((1, 2, 4), (1, 2, 3))
+    assert etcd.topic().replicas == ((1, 2, 4, 5, 6, 3),)
+    assert move.adding == (4,) and move.removing(etcd.topic().replicas[0]) == (5, 6, 3)
+    etcd.leader_sets_isr((1, 2, 3, 4))
+    assert etcd.topic().replicas == ((1, 2, 4),) and etcd.state().isr == (1, 2, 4)

@@ -124,7 +124,7 @@ def _execute(admin: Admin, plan: Plan, additional: bool, timeout_ms: int) -> int
     if errors:
         lines = "\n".join(f"{tp.topic}-{tp.partition}: {e}" for tp, e in sorted(errors.items()))
         return fail(f"Error reassigning partition(s):\n{lines}")
-    print(f"Successfully started partition reassignments for {_names(plan)}")
+    print(f"Successfully started partition reassignment{_plural(plan)} for {_names(plan)}")
     return 0
 
 
@@ -148,14 +148,17 @@ def _verify(admin: Admin, plan: Plan) -> int:
 
 
 def _cancel(admin: Admin, plan: Plan, timeout_ms: int) -> int:
-    outcome = reassignments.alter(admin, dict.fromkeys(plan), timeout_ms)
+    """As Kafka's tool: only the partitions of the file that are moving are cancelled."""
+    active = sorted(reassignments.ongoing(admin, list(plan)))
+    if not active:
+        print("None of the specified partition reassignments are active.")
+        return 0
+    outcome = reassignments.alter(admin, dict.fromkeys(active), timeout_ms)
     errors = {tp: e for tp, e in outcome.items() if e is not None}
-    done = [tp for tp, e in outcome.items() if e is None]
-    if done:
-        print(f"Successfully cancelled partition reassignments for: {_names(done)}")
     if errors:
         lines = "\n".join(f"{tp.topic}-{tp.partition}: {e}" for tp, e in sorted(errors.items()))
-        return fail(f"Error cancelling partition reassignment(s):\n{lines}")
+        return fail(f"Error cancelling partition reassignment{_plural(errors)} for:\n{lines}")
+    print(f"Successfully cancelled partition reassignment{_plural(active)} for: {_names(active)}")
     return 0
 
 
@@ -166,11 +169,12 @@ def _list(admin: Admin) -> int:
         return 0
     print("Current partition reassignments:")
     for tp, move in sorted(moving.items()):
-        print(
-            f"{tp.topic}-{tp.partition}: replicas: {','.join(map(str, move.replicas))}. "
-            f"adding: {','.join(map(str, move.adding))}. "
-            f"removing: {','.join(map(str, move.removing))}."
-        )
+        line = f"{tp.topic}-{tp.partition}: replicas: {','.join(map(str, move.replicas))}."
+        if move.adding:
+            line += f" adding: {','.join(map(str, move.adding))}."
+        if move.removing:
+            line += f" removing: {','.join(map(str, move.removing))}."
+        print(line)
     return 0
 
 
@@ -302,6 +306,10 @@ def _plan_json(plan: Plan) -> str:
         },
         separators=(",", ":"),
     )
+
+
+def _plural(items: Any) -> str:
+    return "" if len(items) == 1 else "s"
 
 
 def _names(tps: Any) -> str:

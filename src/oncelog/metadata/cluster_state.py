@@ -178,9 +178,10 @@ class Reassignment:
     def adding(self) -> tuple[int, ...]:
         return tuple(r for r in self.target if r not in self.original)
 
-    @property
-    def removing(self) -> tuple[int, ...]:
-        return tuple(r for r in self.original if r not in self.target)
+    def removing(self, replicas: tuple[int, ...]) -> tuple[int, ...]:
+        """Of the partition's replicas now, those the move takes away: the original ones
+        not in the target, and those an earlier target added that this one does not keep."""
+        return tuple(r for r in replicas if r not in self.target)
 
 
 @dataclass(frozen=True, slots=True)

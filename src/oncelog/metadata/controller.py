@@ -530,8 +530,10 @@ class Controller:
                 )
                 continue
             outcome[p] = None
-            if move is None and target == replicas[p]:
-                continue  # already there: nothing to move
+            if move is None and set(target) == set(replicas[p]):
+                # Nothing to add or remove (Kafka's rule too): only the order, at once.
+                replicas[p] = target
+                continue
             replicas[p] = target + tuple(r for r in replicas[p] if r not in target)
             moves[p] = Reassignment(target, original)
         if tuple(replicas) == current.replicas and moves == dict(current.reassignments):

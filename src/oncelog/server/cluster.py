@@ -463,7 +463,14 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
                 self._recompute.set()
                 continue
             if done is None:
-                log.info("controller: %s changed meanwhile; recomputing from the new state", w.tp)
+                if w.topic_update is not None:
+                    # Most often the move has just ended: its partition event reaches the
+                    # controller before its topic event, and this second try loses the CAS.
+                    log.debug("controller: ending the move of %s: not written", w.tp)
+                else:
+                    log.info(
+                        "controller: %s changed meanwhile; recomputing from the new state", w.tp
+                    )
             else:
                 log.info("controller: %s -> %s (%s)", w.tp, w.new_state, w.reason)
 

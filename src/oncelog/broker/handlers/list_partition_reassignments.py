@@ -36,7 +36,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 "partition_index": p,
                 "replicas": list(assignment.replicas[p]),
                 "adding_replicas": list(move.adding),
-                "removing_replicas": list(move.removing),
+                "removing_replicas": list(move.removing(assignment.replicas[p])),
             }
             for p, move in sorted(assignment.reassignments.items())
             if wanted is None or p in wanted[name]
