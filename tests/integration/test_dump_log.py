@@ -153,3 +153,17 @@ def test_a_missing_file_is_one_line(written: Path) -> None:
         "--files", str(written / "events-0" / f"{0:020d}.log"), "--max-bytes", "0"
     )
     assert code == 2 and err.count("\n") == 1
+
+
+def test_kafkas_other_options_are_taken_or_refused_in_one_line(written: Path) -> None:
+    log = str(written / "events-0" / f"{0:020d}.log")
+    code, out, _ = dump_log("--files", log, "--print-data-log", "--max-message-size", "1000",
+                            "--value-decoder-class", "kafka.serializer.StringDecoder")  # fmt: skip
+    assert code == 0 and "payload: kept-0" in out
+    code, _, err = dump_log("--files", log, "--value-decoder-class", "com.example.Avro")
+    assert code == 2 and err.count("\n") == 1 and "StringDecoder" in err
+    code, _, err = dump_log("--files", log, "--cluster-metadata-decoder")
+    assert code == 2 and err.count("\n") == 1 and "etcd" in err
+    # A partial read (--max-bytes) does not call the rest of the segment invalid, as Kafka.
+    code, out, _ = dump_log("--files", log, "--max-bytes", "200")
+    assert code == 0 and "invalid bytes" not in out and 1 <= out.count("baseOffset: ") < 4

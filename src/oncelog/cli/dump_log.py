@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import argparse
 import base64
+import contextlib
 import json
 import struct
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, BinaryIO, TextIO
 
 from oncelog.cli.console import exits_quietly, fail
 from oncelog.client.overview import consumer_assignment
@@ -40,14 +41,12 @@ from oncelog.protocol.records.batch import (
     CURRENT_MAGIC,
     DELETE_HORIZON_FLAG,
     HEADER_SIZE,
-    LOG_OVERHEAD,
     MAGIC_OFFSET,
     MIN_BATCH_LENGTH,
     NO_SEQUENCE,
     BatchHeader,
     compute_crc,
     parse_header,
-    peek_prefix,
 )
 from oncelog.protocol.records.compression import Codec, DecompressionError, batch_records
 from oncelog.protocol.records.record import DecodedRecord, RecordFormatError, decode_records
@@ -63,6 +62,15 @@ examples:
   oncelog dump-log --files 00000000000000000000.snapshot,00000000000000000000.txnindex
 """
 
+#: Kafka's default --max-bytes; only with it is a segment's invalid tail reported.
+DEFAULT_MAX_BYTES = 2**31 - 1
+#: The decoder classes Kafka's tool takes that print what this one prints.
+STRING_DECODERS = ("org.apache.kafka.tools.api.StringDecoder", "kafka.serializer.StringDecoder")
+_NOT_HERE = {
+    "--cluster-metadata-decoder": "oncelog keeps the cluster's metadata in etcd, not in a log",
+    "--remote-log-metadata-decoder": "oncelog has no tiered storage",
+    "--share-group-state-decoder": "oncelog has no share groups",
+}
 _OFFSET_ENTRY = struct.Struct(">ii")
 _TIME_ENTRY = struct.Struct(">qi")
 _TXN_ENTRY = struct.Struct(">hqqqq")
@@ -118,10 +126,16 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--max-bytes",
         type=int,
-        default=2**31 - 1,
+        default=DEFAULT_MAX_BYTES,
         metavar="N",
         help="read at most N bytes of each segment",
     )
+    # Kafka's options that change nothing here, so that scripts written for its tool run.
+    p.add_argument("--max-message-size", type=int, metavar="N", help=argparse.SUPPRESS)
+    for option in ("--key-decoder-class", "--value-decoder-class"):
+        p.add_argument(option, metavar="CLASS", help=f"{STRING_DECODERS[0]} (the only one)")
+    for option in _NOT_HERE:
+        p.add_argument(option, action="store_true", help=argparse.SUPPRESS)
     decoders = p.add_mutually_exclusive_group()
     decoders.add_argument(
         "--offsets-decoder",
@@ -140,6 +154,12 @@ def add_parsers(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     if args.max_bytes <= 0:
         return fail("--max-bytes must be positive", 2)
+    for option, why in _NOT_HERE.items():
+        if getattr(args, option[2:].replace("-", "_")):
+            return fail(f"{option}: {why}", 2)
+    for chosen in (args.key_decoder_class, args.value_decoder_class):
+        if chosen is not None and chosen not in STRING_DECODERS:
+            return fail(f"decoder class {chosen}: only {STRING_DECODERS[0]} is available", 2)
     parser: Parser = _text
     if args.offsets_decoder:
         parser = offsets_record
@@ -184,7 +204,7 @@ class Dumper:
         skip_metadata: bool = False,
         verify_only: bool = False,
         sanity_only: bool = False,
-        max_bytes: int = 2**31 - 1,
+        max_bytes: int = DEFAULT_MAX_BYTES,
         parser: Parser | None = None,
     ) -> None:
         self.out = out
@@ -216,28 +236,27 @@ class Dumper:
 
     def dump_log(self, path: Path) -> bool:
         print(f"Log starting offset: {_base_offset(path)}", file=self.out)
-        with path.open("rb") as f:
-            data = f.read(self.max_bytes)
-        valid = 0
-        last_offset = -1
-        for pos, header in _batches(data):
-            self._print_batch(header, pos, data)
-            if self.deep:
-                last_offset = self._print_records(path, data, pos, header, last_offset)
-            valid = pos + header.size
-        if valid < len(data) and len(data) < self.max_bytes:
-            print(
-                f"Found {len(data) - valid} invalid bytes at the end of {path.name}", file=self.out
-            )
+        with _segment(path, self.max_bytes) as segment:
+            valid = 0
+            last_offset = -1
+            for pos, header, batch in segment.batches():
+                self._print_batch(header, pos, batch)
+                if self.deep:
+                    last_offset = self._print_records(path, batch, header, last_offset)
+                valid = pos + header.size
+            trailing = segment.size - valid
+        if trailing > 0 and self.max_bytes == DEFAULT_MAX_BYTES:
+            print(f"Found {trailing} invalid bytes at the end of {path.name}", file=self.out)
         return True
 
-    def _print_batch(self, h: BatchHeader, pos: int, data: bytes) -> None:
+    def _print_batch(self, h: BatchHeader, pos: int, batch: bytes) -> None:
+        """Kafka's batch line; `pos` is where the batch starts in its segment."""
         horizon = (
             f"OptionalLong[{h.base_timestamp}]"
             if h.attributes & DELETE_HORIZON_FLAG
             else "OptionalLong.empty"
         )
-        valid = compute_crc(data, pos, h.size) == h.crc
+        valid = compute_crc(batch, 0, h.size) == h.crc
         print(
             f"baseOffset: {h.base_offset} lastOffset: {h.last_offset} count: {h.record_count} "
             f"baseSequence: {h.base_sequence} lastSequence: {h.last_sequence} "
@@ -250,11 +269,9 @@ class Dumper:
             file=self.out,
         )
 
-    def _print_records(
-        self, path: Path, data: bytes, pos: int, h: BatchHeader, last_offset: int
-    ) -> int:
+    def _print_records(self, path: Path, batch: bytes, h: BatchHeader, last_offset: int) -> int:
         try:
-            records = decode_records(batch_records(data, pos, h), h.record_count)
+            records = decode_records(batch_records(batch, 0, h), h.record_count)
         except (DecompressionError, RecordFormatError) as exc:
             print(f"| cannot read the records of this batch: {exc}", file=self.out)
             return last_offset
@@ -297,22 +314,24 @@ class Dumper:
         data = path.read_bytes()
         base = _base_offset(path)
         log = _sibling(path, ".log")
-        segment = log.read_bytes() if log.exists() else b""
         if not data:
             print(f"{path} is empty.", file=self.out)
             return True
-        if self.sanity_only:
-            return self._sanity(path, _index_problem(data, base, len(segment)))
-        for i, (rel, position) in enumerate(_OFFSET_ENTRY.iter_unpack(_whole(data, 8))):
-            if i > 0 and rel == 0 and position == 0:
-                break  # zeros after a crash in a preallocated file: nothing more was written
-            offset = base + rel
-            found = _batch_at(segment, position)
-            if found is None or offset not in (found.base_offset, found.last_offset):
-                shown = -1 if found is None else found.base_offset
-                self.index_mismatches.setdefault(str(path), []).append((offset, shown))
-            if not self.verify_only:
-                print(f"offset: {offset} position: {position}", file=self.out)
+        with contextlib.ExitStack() as files:
+            segment = files.enter_context(_segment(log)) if log.exists() else None
+            log_size = segment.size if segment is not None else 0
+            if self.sanity_only:
+                return self._sanity(path, _index_problem(data, base, log_size))
+            for i, (rel, position) in enumerate(_OFFSET_ENTRY.iter_unpack(_whole(data, 8))):
+                if i > 0 and rel == 0:
+                    break  # Kafka's rule: zeros of a preallocated file, nothing written there
+                offset = base + rel
+                found = segment.header_at(position) if segment is not None else None
+                if found is None or offset not in (found.base_offset, found.last_offset):
+                    shown = -1 if found is None else found.base_offset
+                    self.index_mismatches.setdefault(str(path), []).append((offset, shown))
+                if not self.verify_only:
+                    print(f"offset: {offset} position: {position}", file=self.out)
         return True
 
     def dump_time_index(self, path: Path) -> bool:
@@ -532,27 +551,46 @@ def transaction_record(
 # -- reading -----------------------------------------------------------------------------------
 
 
-def _batches(data: bytes) -> Iterator[tuple[int, BatchHeader]]:
-    """(position, header) of each whole v2 batch from the start; stops at the first bytes
-    that are not one (a partial tail, garbage, another magic)."""
-    pos = 0
-    while len(data) - pos >= HEADER_SIZE:
-        _, length = peek_prefix(data, pos)
-        if length < MIN_BATCH_LENGTH or pos + LOG_OVERHEAD + length > len(data):
-            return
-        if data[pos + MAGIC_OFFSET] != CURRENT_MAGIC:
-            return
-        header = parse_header(data, pos)
-        yield pos, header
-        pos += header.size
+class _Segment:
+    """A segment read batch by batch (never whole: it may be large, and may be growing or
+    cut by the broker while it is read)."""
+
+    def __init__(self, f: BinaryIO, limit: int) -> None:
+        self.f = f
+        self.size = min(f.seek(0, 2), limit)
+
+    def header_at(self, position: int) -> BatchHeader | None:
+        """The v2 batch header at `position`, if one is there."""
+        if position < 0 or self.size - position < HEADER_SIZE:
+            return None
+        self.f.seek(position)
+        head = self.f.read(HEADER_SIZE)
+        if len(head) < HEADER_SIZE or head[MAGIC_OFFSET] != CURRENT_MAGIC:
+            return None
+        return parse_header(head, 0)
+
+    def batches(self) -> Iterator[tuple[int, BatchHeader, bytes]]:
+        """(position, header, bytes) of each whole v2 batch from the start; stops at the
+        first bytes that are not one (a partial tail, garbage, another magic)."""
+        pos = 0
+        while True:
+            header = self.header_at(pos)
+            if header is None or header.batch_length < MIN_BATCH_LENGTH:
+                return
+            if pos + header.size > self.size:
+                return
+            self.f.seek(pos)
+            batch = self.f.read(header.size)
+            if len(batch) < header.size:
+                return
+            yield pos, header, batch
+            pos += header.size
 
 
-def _batch_at(segment: bytes, position: int) -> BatchHeader | None:
-    if position < 0 or len(segment) - position < HEADER_SIZE:
-        return None
-    if segment[position + MAGIC_OFFSET] != CURRENT_MAGIC:
-        return None
-    return parse_header(segment, position)
+@contextlib.contextmanager
+def _segment(path: Path, limit: int = DEFAULT_MAX_BYTES) -> Iterator[_Segment]:
+    with path.open("rb") as f:
+        yield _Segment(f, limit)
 
 
 def _index_problem(data: bytes, base: int, log_size: int) -> str | None:
