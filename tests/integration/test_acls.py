@@ -414,3 +414,25 @@ def test_bad_acl_requests_get_invalid_request(broker_factory: type[BrokerProcess
         assert answer.error_code == 0
         assert [(r.resource_type, r.resource_name) for r in answer.resources] == [(2, "t")]
     assert broker.alive()
+
+
+def test_partition_reassignments_need_rights_on_the_cluster(secured: BrokerProcess) -> None:
+    """Alter on the cluster to move partitions, Describe to list the moves, as Kafka."""
+    from kafka import TopicPartition as KafkaTopicPartition
+    from kafka.admin import KafkaAdminClient
+    from kafka.errors import ClusterAuthorizationFailedError
+
+    client = KafkaAdminClient(bootstrap_servers=secured.bootstrap)
+    try:
+        with pytest.raises(ClusterAuthorizationFailedError):
+            client.alter_partition_reassignments({KafkaTopicPartition("a", 0): [1]})
+        with pytest.raises(ClusterAuthorizationFailedError):
+            client.list_partition_reassignments()
+    finally:
+        client.close()
+    as_super_user(secured)
+    client = KafkaAdminClient(bootstrap_servers=secured.bootstrap)
+    try:
+        assert client.list_partition_reassignments() == {}
+    finally:
+        client.close()
