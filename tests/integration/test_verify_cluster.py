@@ -14,7 +14,7 @@ from pathlib import Path
 from oncelog.verify.history import Fault, Leaders, read_history
 from tests.integration.test_verify_run import verify_run
 
-ALL_FAULTS = ("kill", "pause", "partition", "etcd", "bounce", "crash")
+ALL_FAULTS = ("kill", "pause", "partition", "etcd", "bounce", "move", "crash")
 
 
 def test_every_cluster_fault_and_no_anomaly(tmp_path: Path) -> None:

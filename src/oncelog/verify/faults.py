@@ -17,6 +17,10 @@ from typing import Protocol
 
 from confluent_kafka import KafkaException
 
+from oncelog.client import reassignments
+from oncelog.client.admin import Admin
+from oncelog.client.connection import ClientError
+from oncelog.types import TopicPartition
 from oncelog.verify.cluster import LocalCluster
 from oncelog.verify.netproxy import ETCD
 from oncelog.verify.processes import LocalBroker
@@ -338,12 +342,83 @@ class PartitionFault(ClusterFault):
         return "links healed"
 
 
+class MoveFault(Fault):
+    """A partition reassignment (KIP-455) under the workload. A workload partition with a full
+    ISR, in turn, moves off one of its replicas (its leader every other time, which then hands
+    over) onto a broker that holds none of it, or, when every broker does, to one replica
+    fewer. Heal moves it back to the replicas it had: a move still running is taken back, a
+    finished one copies the whole partition to the broker it left, under the workload too."""
+
+    kind = "move"
+
+    def __init__(self, cluster: LocalCluster, roles: Roles) -> None:
+        self.cluster = cluster
+        self.roles = roles
+        self._turn = itertools.count()
+        self._moved: tuple[TopicPartition, list[int]] | None = None
+        self._target = "cluster"
+
+    @property
+    def target(self) -> str:
+        return self._target
+
+    def start(self) -> str | None:
+        try:
+            states = self.roles.leaders()
+        except (KafkaException, TimeoutError, ValueError) as exc:
+            raise NotInjected(f"no metadata: {exc}") from None
+        full = sorted((tp, v) for tp, v in states.items() if v[0] >= 0 and set(v[2]) == set(v[1]))
+        if not full:
+            raise NotInjected("no workload partition with a full ISR")
+        turn = next(self._turn)
+        (topic, partition), (leader, replicas, _) = full[turn % len(full)]
+        followers = [r for r in replicas if r != leader]
+        off = followers[-1] if followers and turn % 2 else leader
+        spare = [
+            n for n, b in sorted(self.cluster.brokers.items()) if n not in replicas and b.alive()
+        ]
+        target = [r for r in replicas if r != off] + spare[:1]
+        tp = TopicPartition(topic, partition)
+        error = self._alter({tp: target})
+        if error is not None:
+            raise NotInjected(f"move refused: {error}")
+        self._moved = (tp, list(replicas))
+        self._target = f"{topic}-{partition}"
+        self.injected_at = time.time()
+        role = "leader" if off == leader else "follower"
+        return f"replicas {list(replicas)} -> {target} (off the {role} {off})"
+
+    def heal(self) -> str | None:
+        if self._moved is None:
+            return None
+        tp, replicas = self._moved
+        error = self._alter({tp: replicas})
+        if error is not None:
+            return f"not moved back yet: {error}"  # the final heal tries again
+        self._moved = None
+        return f"moved back to {replicas}"
+
+    def _alter(self, moves: dict[TopicPartition, list[int]]) -> str | None:
+        """AlterPartitionReassignments through the first broker that answers; the error."""
+        failures = []
+        for address in self.cluster.bootstrap.split(","):
+            try:
+                with Admin(address, timeout=10.0) as admin:
+                    outcome = reassignments.alter(admin, dict(moves))
+            except (ClientError, OSError) as exc:
+                failures.append(str(exc))
+                continue
+            return next((e for e in outcome.values() if e is not None), None)
+        return "; ".join(failures) or "no broker"
+
+
 CLUSTER_FAULTS: dict[str, Callable[[LocalCluster, Roles], Fault]] = {
     "kill": ClusterKillFault,
     "pause": ClusterPauseFault,
     "partition": PartitionFault,
     "bounce": BounceFault,
     "etcd": lambda cluster, _roles: EtcdFault(cluster),
+    "move": MoveFault,
 }
 BROKER_FAULTS: dict[str, type[KillFault] | type[PauseFault]] = {
     "kill": KillFault,

@@ -47,6 +47,7 @@ FAULT_COLOURS = {
     "partition": "#c9a6f4",
     "etcd": "#a6f4c9",
     "bounce": "#f4a6e0",
+    "move": "#e0f4a6",
 }
 ROLE_H = 14  # one role lane (the controller, a partition's leader)
 BROKER_COLOURS = ("#8dd3c7", "#ffffb3", "#bebada", "#fb8072", "#80b1d3", "#fdb462", "#b3de69")
