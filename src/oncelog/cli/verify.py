@@ -93,7 +93,7 @@ def add_parsers(sub: Any) -> None:
         "--faults",
         default="",
         help="comma-separated: kill, pause (a broker, by role on a cluster), partition, etcd,"
-        " bounce (need --start-cluster), crash (writer client processes)",
+        " bounce, move (need --start-cluster), crash (writer client processes)",
     )
     rn.add_argument("--fault-interval", type=float, default=3.0, help="quiet seconds between")
     rn.add_argument("--fault-duration", type=float, default=2.0, help="seconds each fault lasts")
