@@ -192,8 +192,10 @@ def test_requests_kafka_refuses_are_refused_per_partition(cluster: Cluster) -> N
             {
                 KTP("fixed", 0): [1, 9],
                 KTP("nowhere", 0): [1, 2],
+                KTP("no/such name", 0): [1, 2],  # no topic can have this name
             }
         )
+        assert answers[KTP("no/such name", 0)] is UnknownTopicOrPartitionError
         assert answers[KTP("fixed", 0)] is InvalidReplicationAssignmentError
         assert answers[KTP("nowhere", 0)] is UnknownTopicOrPartitionError
         cancel = client.alter_partition_reassignments({KTP("fixed", 0): None})

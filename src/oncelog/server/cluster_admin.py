@@ -266,15 +266,15 @@ class ClusterAdminOps:
         """Start, replace or cancel (target None) the moves of `name`'s partitions: each
         partition's outcome (refusals at once; a write that fails later replaces the
         successes) and the op that writes the topic."""
-        key = cs.key_for_topic(name).encode()
         _, outcome = self.controller.reassign(
             name, targets, allow_replication_factor_change=allow_replication_factor_change
         )
         wanted = {p: t for p, t in targets.items() if outcome.get(p) is None}
         op = PendingOp(key=("reassign", name, next(_ids)))
-        if not wanted:
+        if not wanted:  # an unknown topic (or a name no topic can have) ends here
             op.finish(None)
             return outcome, op
+        key = cs.key_for_topic(name).encode()
 
         async def work() -> None:
             assert self.store is not None
