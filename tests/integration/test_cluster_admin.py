@@ -211,6 +211,9 @@ def test_create_partitions_grows_the_topic(cluster: Cluster) -> None:
     with pytest.raises(KafkaException) as info:
         admin.create_partitions([NewPartitions("no-such-topic", 2)])["no-such-topic"].result(15)
     assert error_name(info.value) == "UNKNOWN_TOPIC_OR_PART"
+    with pytest.raises(KafkaException) as info:  # a name no topic can have: an answer too
+        admin.create_partitions([NewPartitions("no/such", 2)])["no/such"].result(15)
+    assert error_name(info.value) == "UNKNOWN_TOPIC_OR_PART"
 
     manual = NewPartitions("growing", 5, [[3, 1, 2]])
     admin.create_partitions([manual])["growing"].result(15)

@@ -152,8 +152,8 @@ class ClusterAdminOps:
         validate_only: bool,
     ) -> PendingOp:
         """Grow `name` to `total` partitions (KafkaError at once if Kafka would refuse)."""
-        key = cs.key_for_topic(name).encode()
         self._grown(name, total, manual)  # validates now, against this broker's view
+        key = cs.key_for_topic(name).encode()
         op = PendingOp(key=("create-partitions", name, next(_ids)))
         if validate_only:
             op.finish(None)
@@ -177,9 +177,10 @@ class ClusterAdminOps:
     def _grown(
         self, name: str, total: int, manual: Sequence[Sequence[int]] | None
     ) -> tuple[cs.TopicAssignment, int]:
-        key = cs.key_for_topic(name).encode()
-        known = self._versions.get(key)
-        if known is None or name not in self.controller.topics:
+        if name not in self.controller.topics:  # (a name no topic can have included)
+            raise UnknownTopicOrPartition(f"Topic {name} does not exist.")
+        known = self._versions.get(cs.key_for_topic(name).encode())
+        if known is None:
             raise UnknownTopicOrPartition(f"Topic {name} does not exist.")
         return self.controller.add_partitions(name, total, manual), known.mod_revision
 
