@@ -92,6 +92,9 @@ def in_thread(fn: Callable[[], None]) -> threading.Thread:
 
 def crash_reload(plog: PartitionLog, config: LogConfig, clock: ManualClock) -> PartitionLog:
     """The process dies (nothing flushed or closed cleanly) and the log is loaded again."""
+    # A dead process's checkpoint writer is dead too: the one of this process must not go on
+    # renaming its file while the load lists the directory.
+    plog.leader_epoch_cache.wait_for_writes()
     for segment in plog.segments:
         segment.close()
     return open_log(

@@ -284,8 +284,7 @@ class PartitionLog:
         None, as Kafka does for a partition missing from the checkpoint."""
         directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, tp, config, clock, producers)
-        # Leftovers of a crash. A reload (after a failed cleaner swap) may race the old log's
-        # worker, which renames its checkpoint's .tmp or removes .deleted files itself.
+        # Leftovers of a crash; one that is gone by the time it is reached is fine.
         for stale in directory.glob("*.tmp"):
             stale.unlink(missing_ok=True)
         for deleted in directory.glob("*" + DELETED_SUFFIX):  # a crash came before removal
