@@ -26,6 +26,7 @@ from oncelog.client.overview import (
     PartitionOffsets,
     consumer_assignment,
 )
+from oncelog.client.reassignments import OngoingMove
 from oncelog.console import views
 from oncelog.console.app import AbortRequest, ApiError, ConsoleSettings, make_app
 from oncelog.console.listener import HttpListener, HttpListenerError, parse
@@ -116,6 +117,16 @@ def test_topics_group_partitions_and_offsets() -> None:
         7,
     )
     assert t[1]["replicas"] == [1, 2] and t[1]["isr"] == [1] and t[1]["leader_epoch"] == 3
+    assert t[1]["adding"] == [] and t[1]["removing"] == []
+
+
+def test_a_moving_partition_shows_what_it_adds_and_removes() -> None:
+    tp = TopicPartition("t", 0)
+    parts = [PartitionInfo(tp, 1, 0, (2, 3, 1), (1, 2), 0)]
+    moves = {tp: OngoingMove((2, 3, 1), (3,), (1,))}
+    shaped = views.topics(parts, {}, moves)
+    assert shaped[0]["partitions"][0]["adding"] == [3]
+    assert shaped[0]["partitions"][0]["removing"] == [1]
 
 
 def producer(pid: int, start: int, last_ms: int, tp: TopicPartition | None = None) -> ProducerInfo:

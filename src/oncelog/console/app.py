@@ -25,6 +25,7 @@ from typing import Any
 
 from aiohttp import web
 
+from oncelog.client import reassignments
 from oncelog.client.admin import Admin, ProducerInfo
 from oncelog.client.connection import ClientError
 from oncelog.client.describe_transactions import TransactionState
@@ -247,7 +248,11 @@ async def _cluster(request: web.Request) -> web.Response:
 
 def _read_topics(admin: Admin) -> list[views.Json]:
     found = partitions(admin)
-    return views.topics(found, partition_offsets(admin, [p.tp for p in found]))
+    try:
+        moves = reassignments.ongoing(admin)
+    except ClientError:  # no Describe on the cluster, or a broker without the API
+        moves = {}
+    return views.topics(found, partition_offsets(admin, [p.tp for p in found]), moves)
 
 
 async def _topics(request: web.Request) -> web.Response:

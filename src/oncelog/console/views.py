@@ -15,6 +15,7 @@ from oncelog.client.overview import (
     PartitionInfo,
     PartitionOffsets,
 )
+from oncelog.client.reassignments import OngoingMove
 from oncelog.errors import error_name
 from oncelog.types import TopicPartition
 
@@ -41,12 +42,16 @@ def cluster(info: ClusterInfo) -> Json:
 
 
 def topics(
-    partitions: Iterable[PartitionInfo], offsets: Mapping[TopicPartition, PartitionOffsets]
+    partitions: Iterable[PartitionInfo],
+    offsets: Mapping[TopicPartition, PartitionOffsets],
+    moves: Mapping[TopicPartition, OngoingMove] | None = None,
 ) -> list[Json]:
-    """Topics in name order, each with its partitions, their replicas and offsets."""
+    """Topics in name order, each with its partitions, their replicas and offsets, and the
+    replicas a reassignment is adding and removing (empty when it is not moving)."""
     by_topic: dict[str, list[Json]] = {}
     for p in sorted(partitions, key=lambda p: p.tp):
         o = offsets.get(p.tp, PartitionOffsets(None, None, None))
+        move = (moves or {}).get(p.tp)
         by_topic.setdefault(p.tp.topic, []).append(
             {
                 "partition": p.tp.partition,
@@ -54,6 +59,8 @@ def topics(
                 "leader_epoch": p.leader_epoch,
                 "replicas": list(p.replicas),
                 "isr": list(p.isr),
+                "adding": list(move.adding) if move is not None else [],
+                "removing": list(move.removing) if move is not None else [],
                 "log_start_offset": o.log_start,
                 "high_watermark": o.high_watermark,
                 "last_stable_offset": o.last_stable,

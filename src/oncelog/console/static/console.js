@@ -141,6 +141,7 @@ PAGES.topics = async () => {
         ["Epoch", (p) => p.leader_epoch, "num"],
         ["Replicas", (p) => p.replicas.join(",")],
         ["ISR", (p) => p.isr.join(",")],
+        ["Moving", (p) => moving(p)],
         ["Log start", (p) => p.log_start_offset, "num"],
         ["High watermark", (p) => p.high_watermark, "num"],
         ["LSO", (p) => p.last_stable_offset, "num"],
@@ -151,6 +152,12 @@ PAGES.topics = async () => {
     )
   );
 };
+
+// A partition being reassigned: the replicas it is adding and removing, as kafka-topics shows.
+const moving = (p) =>
+  [p.adding.length ? "adding " + p.adding.join(",") : "", p.removing.length ? "removing " + p.removing.join(",") : ""]
+    .filter(Boolean)
+    .join("; ");
 
 // -- producers -------------------------------------------------------------------------------
 
