@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
+from confluent_kafka import TopicPartition as KafkaTopicPartition
 from kafka import TopicPartition as KTP
 from kafka.admin import KafkaAdminClient
 from kafka.errors import (
@@ -22,6 +24,7 @@ from kafka.errors import (
     UnknownTopicOrPartitionError,
 )
 
+from oncelog.coordinator.group.records import partition_for
 from tests.broker_process import BrokerProcess
 from tests.cluster_process import Cluster
 from tests.integration.test_cluster_faults import Sent, Stream, producer, read_values, send
@@ -182,6 +185,36 @@ def test_a_move_survives_the_controller_being_killed_in_the_middle(cluster: Clus
     assert len(values) == len(set(values)), "a duplicate"
     assert sorted(values) == sorted(stream.acked[0]), "acknowledged and stored differ"
     cluster.check_replicas_identical(topic)
+
+
+def test_moving_a_groups_offsets_partition_moves_its_coordinator(cluster: Cluster) -> None:
+    """The group's `__consumer_offsets` partition moves off its leader, the coordinator: the
+    new leader loads the group, and the committed offsets are all there."""
+    cluster.create_topic("read", assignment=[[1, 2, 3]])
+    group = "moved-group"
+    commit = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        commit.commit(offsets=[KafkaTopicPartition("read", 0, 7)], asynchronous=False)
+    finally:
+        commit.close()
+    offsets = "__consumer_offsets"
+    partition = partition_for(group, len(cluster.partitions(offsets)))
+    leader, replicas, _ = cluster.partitions(offsets)[partition]
+    target = [r for r in replicas if r != leader] or [n for n in cluster.brokers if n != leader]
+    client = admin(cluster)
+    try:
+        answer = client.alter_partition_reassignments({KTP(offsets, partition): target})
+        assert answer == {KTP(offsets, partition): None}
+        cluster.wait_for(lambda: not client.list_partition_reassignments(), 30, "no move")
+    finally:
+        client.close()
+    assert cluster.leader(offsets, partition) in target
+    reader = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group})
+    try:
+        committed = reader.committed([KafkaTopicPartition("read", 0)], timeout=30)
+    finally:
+        reader.close()
+    assert committed[0].offset == 7
 
 
 def test_requests_kafka_refuses_are_refused_per_partition(cluster: Cluster) -> None:
