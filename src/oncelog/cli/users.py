@@ -12,6 +12,7 @@ import importlib
 import sys
 from typing import Any
 
+from oncelog.cli.command_config import UsageError, settings
 from oncelog.cli.console import add_bootstrap, describe_error, exits_quietly, fail, print_table
 from oncelog.security.scram import (
     DEFAULT_ITERATIONS,
@@ -20,10 +21,6 @@ from oncelog.security.scram import (
 )
 
 TIMEOUT_S = 30.0
-
-
-class UsageError(Exception):
-    pass
 
 
 def add_parsers(sub: Any) -> None:
@@ -57,21 +54,9 @@ def _ck() -> Any:
 
 
 def _admin(args: argparse.Namespace) -> Any:
-    settings = {"bootstrap.servers": args.bootstrap_server, "log_level": "0"}
-    if args.command_config:
-        try:
-            with open(args.command_config) as f:
-                lines = [line.strip() for line in f]
-        except OSError as exc:
-            raise UsageError(f"cannot read --command-config: {exc.strerror or exc}") from None
-        for line in lines:
-            if line and not line.startswith(("#", "!")):
-                key, sep, value = line.partition("=")
-                if not sep:
-                    raise UsageError(f"--command-config: not key=value: {line}")
-                settings[key.strip()] = value.strip()
+    client_settings = settings(args)  # the --command-config file, as the other tools read it
     try:
-        return _ck().AdminClient(settings)
+        return _ck().AdminClient(client_settings)
     except Exception as exc:  # librdkafka refuses unknown or bad settings
         raise UsageError(f"bad client settings: {exc}") from None
 
