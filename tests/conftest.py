@@ -1,9 +1,20 @@
-"""Shared fixtures: a real broker process per test, on an ephemeral port."""
+"""Shared fixtures: a real broker process per test, on an ephemeral port.
+
+Also two guards that keep one stuck test from stalling the whole run: pytest-timeout's clock
+stops while a report is written, and the session ends even if a test leaked a thread.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import faulthandler
+import os
+import signal
+import sys
+import threading
+from collections.abc import Generator, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,3 +39,87 @@ def broker_factory(tmp_path: Path) -> Iterator[type[BrokerProcess]]:
 def broker(broker_factory: type[BrokerProcess]) -> BrokerProcess:
     """A running broker with default config; `broker.bootstrap` is its address."""
     return broker_factory().start()
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_makereport() -> Generator[None, Any, Any]:
+    """Pause pytest-timeout's alarm while the report is made.
+
+    Its SIGALRM raises wherever Python is. Fired while pytest formats a failure (looking up
+    the source of every frame can take seconds on a loaded machine), it is an INTERNALERROR:
+    pytest stops without tearing down the tests' brokers. Paused here, it fires in the next
+    phase of the test instead, as an ordinary failure.
+    """
+    remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+    if remaining:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        return (yield)
+    finally:
+        if remaining:
+            signal.setitimer(signal.ITIMER_REAL, max(remaining, 1.0))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """End the run even if a test leaked a thread that will never stop.
+
+    The interpreter joins every non-daemon thread before it exits: one stuck thread would hold
+    the run until CI's limit. Such threads are named and their stacks printed, the child
+    processes the tests left behind are killed by pid, and the process exits with pytest's
+    status.
+    """
+    stuck = [
+        t
+        for t in threading.enumerate()
+        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+    ]
+    for thread in stuck:
+        thread.join(timeout=5.0 / len(stuck))
+    stuck = [t for t in stuck if t.is_alive()]
+    children = _child_pids()
+    if not stuck and not children:
+        return
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    sys.stdout.flush()
+    err = sys.stderr
+    if children:
+        err.write(f"\nkilled {len(children)} process(es) the tests left running: {children}\n")
+    if stuck:
+        names = ", ".join(t.name for t in stuck)
+        err.write(f"\n{len(stuck)} thread(s) a test left running: {names}; their stacks:\n")
+        err.flush()
+        faulthandler.dump_traceback(file=err, all_threads=True)
+        err.flush()
+        status = getattr(config, "_oncelog_exitstatus", 1)
+        os._exit(int(status))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    session.config._oncelog_exitstatus = exitstatus  # type: ignore[attr-defined]
+
+
+def _child_pids() -> list[int]:
+    """The pids of this process's live children (from /proc; empty where there is none)."""
+    me = str(os.getpid())
+    pids = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The command may hold spaces and parentheses: the fields after it start past ") ".
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == me and fields[0] != "Z":
+            pids.append(int(entry))
+    return pids
