@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
@@ -332,7 +333,7 @@ def test_unknown_authorizer_class_is_a_one_line_startup_error(tmp_path: object) 
     assert "authorizer.class.name" in errors[0] and "Traceback" not in result.stderr
 
 
-def test_oncelog_acls_cli(broker_factory: type[BrokerProcess]) -> None:
+def test_oncelog_acls_cli(broker_factory: type[BrokerProcess], tmp_path: Path) -> None:
     broker = broker_factory(
         overrides={"authorizer.class.name": STANDARD, "super.users": ANON}
     ).start()
@@ -368,6 +369,24 @@ def test_oncelog_acls_cli(broker_factory: type[BrokerProcess]) -> None:
     assert bad.stderr.strip().splitlines() == [
         "Error: ResourceType GROUP only supports operations READ, DESCRIBE, DELETE, ALL"
     ]
+
+    # --command-config is read as the other admin tools read it.
+    settings = tmp_path / "client.properties"
+    settings.write_text("# the tool's client\nsecurity.protocol=PLAINTEXT\nclient.id=acl-tool\n")
+    configured = acls("--list", "--topic", "a", "--command-config", str(settings))
+    assert configured.returncode == 0, configured.stderr
+    assert "name=a," not in configured.stdout and configured.stderr == ""
+    settings.write_text("security.protocol PLAINTEXT\n")
+    refused = acls("--list", "--command-config", str(settings))
+    assert (refused.returncode, refused.stderr.strip().splitlines()) == (
+        2,
+        ["Error: --command-config: not key=value: security.protocol PLAINTEXT"],
+    )
+    missing = acls("--list", "--command-config", str(tmp_path / "none.properties"))
+    assert (missing.returncode, missing.stderr.strip().splitlines()) == (
+        2,
+        ["Error: cannot read --command-config: No such file or directory"],
+    )
 
 
 def test_bad_acl_requests_get_invalid_request(broker_factory: type[BrokerProcess]) -> None:

@@ -16,8 +16,9 @@ import argparse
 from collections.abc import Iterable
 from typing import Any
 
+from oncelog.cli import command_config
+from oncelog.cli.command_config import UsageError
 from oncelog.cli.console import add_bootstrap, describe_error, exits_quietly, fail
-from oncelog.cli.topics import pairs
 from oncelog.security.acl import (
     CLUSTER_NAME,
     SUPPORTED_OPERATIONS,
@@ -31,10 +32,6 @@ TIMEOUT_S = 15.0
 #: confluent-kafka's name of Kafka's CLUSTER resource type (code 4).
 _CK_TYPES = {"CLUSTER": "BROKER"}
 Op = AclOperation
-
-
-class UsageError(Exception):
-    """A command line Kafka's tool would refuse (exit status 2)."""
 
 
 def add_parsers(sub: Any) -> None:
@@ -71,7 +68,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--consumer", action="store_true", help="the ACLs a consumer needs")
     p.add_argument("--idempotent", action="store_true", help="with --producer: IdempotentWrite")
     p.add_argument("--force", action="store_true", help="accepted; --remove never asks")
-    p.add_argument("--command-config", help="a properties file of client settings")
+    command_config.add_command_config(p)
     add_bootstrap(p)
     p.set_defaults(func=run_acls)
 
@@ -165,7 +162,7 @@ def _entries(args: argparse.Namespace) -> list[tuple[str, str, bool]]:
 def run_acls(args: argparse.Namespace) -> int:
     try:
         pattern = _pattern_type(args)
-        settings = _settings(args)
+        settings = command_config.settings(args)
         if args.list:
             return _list(args, pattern, settings)
         wanted = _wanted(args)
@@ -174,22 +171,9 @@ def run_acls(args: argparse.Namespace) -> int:
             raise UsageError("--add needs --allow-principal or --deny-principal")
     except UsageError as exc:
         return fail(str(exc), 2)
-    except OSError as exc:
-        return fail(f"cannot read --command-config: {exc.strerror or exc}", 2)
     if args.add:
         return _add(settings, wanted, pattern, entries)
     return _remove(settings, wanted, pattern, entries)
-
-
-def _settings(args: argparse.Namespace) -> dict[str, str]:
-    settings = {"bootstrap.servers": args.bootstrap_server, "log_level": "0"}
-    if args.command_config:
-        with open(args.command_config) as f:
-            lines = [line.strip() for line in f]
-        settings.update(
-            pairs([line for line in lines if line and not line.startswith(("#", "!"))])
-        )
-    return settings
 
 
 def _ck() -> Any:

@@ -1,5 +1,6 @@
-"""`--command-config FILE` of `get-offsets`, `delete-records` and `log-dirs`: client settings
-in properties form (`key=value` lines, `#` and `!` comments), as for `users` and `acls`.
+"""`--command-config FILE` of the admin tools (`acls`, `users`, `get-offsets`,
+`delete-records`, `log-dirs`): client settings in properties form (`key=value` lines, `#` and
+`!` comments).
 
 The settings go to confluent-kafka's AdminClient as they are (librdkafka's names:
 `security.protocol`, `sasl.mechanism`, `sasl.username`, `sasl.password`,
