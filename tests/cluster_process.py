@@ -155,8 +155,15 @@ class Cluster:
         futures = admin.create_topics([new])
         for future in futures.values():
             future.result(15)
+        self.wait_led_everywhere(name, 15)
+
+    def wait_led_everywhere(self, topic: str, timeout: float = 60) -> None:
+        """Until every running broker's Metadata shows a leader for each of the topic's
+        partitions: after a create, or after restarts (a restarted broker answers Metadata
+        before its etcd watch has given it the topics, and a client asking it then is told
+        the partitions are unknown)."""
         self.wait_for(
-            lambda: self._led_everywhere(name), 15, f"every broker knowing {name}'s leaders"
+            lambda: self._led_everywhere(topic), timeout, f"every broker knowing {topic}'s leaders"
         )
 
     def _led_everywhere(self, topic: str) -> bool:

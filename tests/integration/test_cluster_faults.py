@@ -195,6 +195,7 @@ class Stream:
 
 
 def read_all(cluster: Cluster, topic: str) -> dict[int, list[int]]:
+    cluster.wait_led_everywhere(topic)  # brokers just restarted may not know the topic yet
     return {p: read_values(cluster.bootstrap, topic, p) for p in cluster.partitions(topic)}
 
 
