@@ -6,6 +6,7 @@ stops while a report is written, and the session ends even if a test leaked a th
 
 from __future__ import annotations
 
+import concurrent.futures.thread
 import contextlib
 import faulthandler
 import os
@@ -69,10 +70,15 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     processes the tests left behind are killed by pid, and the process exits with pytest's
     status.
     """
+    # An idle ThreadPoolExecutor worker is told to end at exit: it holds nothing.
+    idle_worker = concurrent.futures.thread._worker  # type: ignore[attr-defined]
     stuck = [
         t
         for t in threading.enumerate()
-        if t is not threading.main_thread() and not t.daemon and t.is_alive()
+        if t is not threading.main_thread()
+        and not t.daemon
+        and t.is_alive()
+        and getattr(t, "_target", None) is not idle_worker
     ]
     for thread in stuck:
         thread.join(timeout=5.0 / len(stuck))
