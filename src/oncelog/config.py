@@ -301,6 +301,20 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("max.connections", C.INT, str(INT_MAX), at_least=0),
     ConfigDef(
+        "quota.window.num",
+        C.INT,
+        "11",
+        at_least=1,
+        doc="The number of samples to retain in memory for client quotas.",
+    ),
+    ConfigDef(
+        "quota.window.size.seconds",
+        C.INT,
+        "1",
+        at_least=1,
+        doc="The time span of each sample for client quotas.",
+    ),
+    ConfigDef(
         "queued.max.request.bytes",
         C.LONG,
         "-1",

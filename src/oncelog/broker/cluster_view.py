@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from oncelog.broker.purgatory import Delayed
+from oncelog.broker.quotas import Entity
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
 from oncelog.metadata.placement import assign_replicas
@@ -101,6 +102,11 @@ class ClusterOps(Protocol):
     ) -> PendingOp:
         """Set the dynamic broker configs of `entity` ("" the cluster default, else a broker
         id) to `change(current)` in etcd."""
+        ...
+
+    def write_client_quotas(self, changes: Mapping[Entity, Mapping[str, float]]) -> PendingOp:
+        """Put each entity's quotas in etcd (delete an entity left without any); when done,
+        this broker enforces them (every other broker's watch follows)."""
         ...
 
     def write_scram(self, changes: Sequence[Change]) -> PendingOp:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from oncelog.broker.fetch_session import FetchSessionCache
 from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.quotas import ClientQuotas
 from oncelog.security.credentials import ScramCredentials
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ class BrokerContext:
     scram: ScramCredentials = field(default_factory=ScramCredentials)
     #: Incremental fetch sessions (KIP-227), sized by the configuration.
     fetch_sessions: FetchSessionCache = field(init=False)
+    #: Client quotas (AlterClientQuotas) and the rates they are enforced on.
+    quotas: ClientQuotas = field(init=False)
 
     def __post_init__(self) -> None:
         """The metrics watch these services from the start (their scraped state, and the
@@ -80,6 +83,11 @@ class BrokerContext:
             self.config.get_int("max.incremental.fetch.session.cache.slots")
         )
         self.replicas.fetch_touched = self.fetch_sessions.touched
+        self.quotas = ClientQuotas(
+            self.clock,
+            window_num=self.config.get_int("quota.window.num"),
+            window_size_ms=self.config.get_int("quota.window.size.seconds") * 1000,
+        )
         self.metrics.attach(self)
 
 

@@ -15,6 +15,7 @@ connection is closed, never the broker.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from functools import partial
 from typing import Any, NamedTuple
@@ -25,6 +26,7 @@ from oncelog.broker.handlers import (
     CloseConnection,
     add_offsets_to_txn,
     add_partitions_to_txn,
+    alter_client_quotas,
     alter_configs,
     alter_partition_reassignments,
     alter_user_scram_credentials,
@@ -37,6 +39,7 @@ from oncelog.broker.handlers import (
     delete_records,
     delete_topics,
     describe_acls,
+    describe_client_quotas,
     describe_cluster,
     describe_configs,
     describe_groups,
@@ -75,7 +78,9 @@ from oncelog.broker.handlers.coordinator_wait import (
 )
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed
+from oncelog.broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas
 from oncelog.errors import ErrorCode
+from oncelog.fileio import FileRegion
 from oncelog.protocol.codec import (
     Buffer,
     DecodeError,
@@ -143,6 +148,8 @@ HANDLERS: dict[ApiKey, Handler] = {
     ApiKey.DESCRIBE_ACLS: describe_acls.handle,
     ApiKey.CREATE_ACLS: create_acls.handle,
     ApiKey.DELETE_ACLS: delete_acls.handle,
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: describe_client_quotas.handle,
+    ApiKey.ALTER_CLIENT_QUOTAS: alter_client_quotas.handle,
 }
 
 
@@ -209,6 +216,30 @@ _new_tuple = tuple.__new__
 #: Enum members read once: on CPython 3.11 every `ApiKey.X` goes through EnumType.__getattr__.
 _PRODUCE = int(ApiKey.PRODUCE)
 _FETCH = int(ApiKey.FETCH)
+#: Never throttled by client quotas: what clients need before they can be (ApiVersions, the
+#: SASL exchange) and what brokers send each other (Kafka exempts cluster actions).
+_QUOTA_EXEMPT = frozenset(
+    int(k)
+    for k in (
+        ApiKey.API_VERSIONS,
+        ApiKey.SASL_HANDSHAKE,
+        ApiKey.SASL_AUTHENTICATE,
+        ApiKey.WRITE_TXN_MARKERS,
+    )
+)
+_OFFSET_FOR_LEADER_EPOCH = int(ApiKey.OFFSET_FOR_LEADER_EPOCH)
+_ADD_PARTITIONS_TO_TXN = int(ApiKey.ADD_PARTITIONS_TO_TXN)
+
+
+class _Charge(NamedTuple):
+    """What a request subject to client quotas owes: whose it is, and the throttle time its
+    request time and produced bytes already cost (a Fetch adds its bytes when framed)."""
+
+    quotas: ClientQuotas
+    principal: str
+    client_id: str | None
+    connection_id: str
+    throttle_ms: int
 
 
 class Dispatcher:
@@ -268,6 +299,9 @@ class Dispatcher:
         )
         replicas = self.broker.replicas
         replicas.coordinator_writes.clear()  # timers' writes are nobody's to wait for
+        quotas = self.broker.quotas
+        charged = quotas.enabled and _charged(api_key, version, request)
+        handling = time.perf_counter() if charged else 0.0
         try:
             answer = route.handler(ctx, request)
         except CloseConnection as exc:
@@ -276,7 +310,12 @@ class Dispatcher:
         except Exception:
             log.exception("handler for api key %d v%d failed", api_key, version)
             return Close("internal error")
+        charge = None
+        if charged:
+            charge = _charge(quotas, ctx, len(frame), time.perf_counter() - handling)
         if answer is NO_RESPONSE:
+            if charge is not None and charge.throttle_ms > 0:
+                quotas.muted[connection_id] = charge.throttle_ms  # acks=0: muted all the same
             metrics.record_request(api_key, started)
             return NoReply()
         follower = api_key == _FETCH and getattr(request, "replica_id", -1) >= 0
@@ -289,9 +328,11 @@ class Dispatcher:
             _count_closes(answer, api_key, started, metrics)
             # Framed when the answer comes (a partial: what a closure would hold, cheaper).
             ids = (api_key, version, correlation_id)
-            framing = partial(_frame, *ids, metrics, started, follower, cls)
+            framing = partial(_frame, *ids, metrics, started, follower, cls, charge)
             return _new_tuple(Pending, (answer, framing))
-        framed = _frame(api_key, version, correlation_id, metrics, started, follower, cls, answer)
+        framed = _frame(
+            api_key, version, correlation_id, metrics, started, follower, cls, charge, answer
+        )
         return _new_tuple(Reply, (framed,))
 
     def _after_replication(
@@ -334,17 +375,65 @@ def _frame(
     started: float,
     follower: bool,
     cls: type[Any],
+    charge: _Charge | None,
     answer: Any,
 ) -> list[Buffer]:
-    """The framed response to `answer`, counted in the metrics."""
+    """The framed response to `answer`, counted in the metrics; with a charge, its throttle
+    time is in the answer and the connection is told to mute itself for it."""
+    if charge is not None and charge.throttle_ms > 0:
+        _set_throttle(answer, cls, charge.throttle_ms)
     framed = encode_fast_response(api_key, version, correlation_id, answer)
     if framed is None:
         framed = encode_response(api_key, correlation_id, build(cls, answer))
+    if charge is not None:
+        throttle_ms = charge.throttle_ms
+        if api_key == _FETCH:
+            size = sum(p.length if type(p) is FileRegion else len(p) for p in framed)
+            fetched = charge.quotas.record(FETCH, charge.principal, charge.client_id, size)
+            if fetched > throttle_ms:
+                throttle_ms = fetched
+                _set_throttle(answer, cls, throttle_ms)
+                framed = encode_fast_response(api_key, version, correlation_id, answer) or (
+                    encode_response(api_key, correlation_id, build(cls, answer))
+                )
+        if throttle_ms > 0:
+            charge.quotas.muted[charge.connection_id] = throttle_ms
+            metrics.record_throttle(api_key, throttle_ms)
     if type(answer) is dict or isinstance(answer, Mapping):  # dict: no ABC check
         metrics.record_response(api_key, answer, started, follower=follower)
     else:
         metrics.record_request(api_key, started)
     return framed
+
+
+def _charged(api_key: int, version: int, request: Any) -> bool:
+    """Whether client quotas apply to this request (not to brokers' own requests)."""
+    if api_key in _QUOTA_EXEMPT:
+        return False
+    if api_key in (_FETCH, _OFFSET_FOR_LEADER_EPOCH):
+        return getattr(request, "replica_id", -1) < 0
+    return not (api_key == _ADD_PARTITIONS_TO_TXN and version >= 4)
+
+
+def _charge(
+    quotas: ClientQuotas, ctx: RequestContext, frame_bytes: int, handled_s: float
+) -> _Charge:
+    """Count the request's handling time (Kafka counts thread time in percent of a second)
+    and, for a Produce, its bytes; the throttle time they call for."""
+    principal, client_id = ctx.principal, ctx.client_id
+    throttle = quotas.record(REQUEST, principal, client_id, handled_s * 100.0)
+    if ctx.api_key == _PRODUCE:
+        throttle = max(throttle, quotas.record(PRODUCE, principal, client_id, frame_bytes))
+    return _Charge(quotas, principal, client_id, ctx.connection_id, throttle)
+
+
+def _set_throttle(answer: Any, cls: type[Any], throttle_ms: int) -> None:
+    """Put the throttle time in an answer whose response has the field (not in one older
+    than KIP-219's versions, which have none: the client is muted all the same)."""
+    if isinstance(answer, dict) and (
+        "throttle_time" in answer or "throttle_time" in getattr(cls, "__dataclass_fields__", {})
+    ):
+        answer["throttle_time"] = max(int(answer.get("throttle_time", 0)), throttle_ms)
 
 
 def _count_closes(

@@ -136,6 +136,19 @@ class BrokerMetrics:
             ["limit"],
             registry=r,
         )
+        self._throttled = Counter(
+            "oncelog_throttled_responses",
+            "Responses that carried a client quota's throttle time (the connection then reads "
+            "nothing for that long), per API.",
+            ["api"],
+            registry=r,
+        )
+        self._throttle_time = Counter(
+            "oncelog_throttle_time_seconds",
+            "Throttle time client quotas imposed, per API.",
+            ["api"],
+            registry=r,
+        )
         #: Set by the server in a cluster: the controller state machine of this broker.
         self.controller: Controller | None = None
         self._attached = False
@@ -165,6 +178,12 @@ class BrokerMetrics:
         self._memory_waits.set_function(lambda: float(waiting()))
 
     # -- events ----------------------------------------------------------------------------------
+
+    def record_throttle(self, api_key: int, throttle_ms: int) -> None:
+        """A response throttled by a client quota for `throttle_ms`."""
+        api = api_name(api_key)
+        self._throttled.labels(api=api).inc()
+        self._throttle_time.labels(api=api).inc(throttle_ms / 1000)
 
     def record_rejected_connection(self, limit: str) -> None:
         self._rejected.labels(limit=limit).inc()

@@ -31,6 +31,7 @@ _ACL_ID = re.compile(r"[0-9a-f]{32}")
 _SCRAM_USER = re.compile(r"[A-Za-z0-9_-]+")
 _SCRAM_MECHANISM = re.compile(r"SCRAM-SHA-(?:256|512)")
 _CONFIG_ENTITY = re.compile(r"default|0|[1-9][0-9]*")
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 T = TypeVar("T")
 
@@ -344,6 +345,7 @@ class KeyKind(Enum):
     ACL = "acls"
     SCRAM = "scram"
     BROKER_CONFIGS = "broker_configs"
+    CLIENT_QUOTAS = "client_quotas"
 
 
 class ParsedKey(NamedTuple):
@@ -427,6 +429,13 @@ def broker_configs_from_bytes(data: bytes) -> dict[str, str]:
     return dict(configs)
 
 
+def key_for_client_quota(entity_key: str) -> str:
+    """`client_quotas/<entity as unpadded url-safe base64>`: one client quota entity's values
+    (the entity is oncelog.broker.quotas.entity_key's text, any name fits)."""
+    encoded = base64.urlsafe_b64encode(entity_key.encode()).decode().rstrip("=")
+    return f"client_quotas/{encoded}"
+
+
 def key_for_producer_ids() -> str:
     return PRODUCER_IDS_KEY
 
@@ -444,6 +453,7 @@ def parse_key(key: str | bytes) -> ParsedKey:
         "acls": (1, (_ACL_ID,)),
         "scram": (2, (_SCRAM_USER, _SCRAM_MECHANISM)),
         "broker_configs": (1, (_CONFIG_ENTITY,)),
+        "client_quotas": (1, (_BASE64URL,)),
     }
     shape = shapes.get(head)
     if shape is None or len(rest) != shape[0] or not _all_match(shape[1], rest):

@@ -41,6 +41,8 @@ class MetadataImage:
         #: Salted SCRAM credentials as oncelog.security.credentials stores them (never a
         #: password): {name, mechanism, salt, stored_key, server_key, iterations}.
         self.scram: list[dict[str, Any]] = []
+        #: Client quotas (AlterClientQuotas): {entity: [[type, name or null], ...], quotas}.
+        self.client_quotas: list[dict[str, Any]] = []
 
     @classmethod
     def load_or_create(cls, log_dir: Path, node_id: int) -> MetadataImage:
@@ -61,6 +63,7 @@ class MetadataImage:
             image = cls(path, str(data["cluster_id"]), topics)
             image.acls = list(data.get("acls", []))
             image.scram = list(data.get("scram", []))
+            image.client_quotas = list(data.get("client_quotas", []))
             image.broker_configs = {
                 str(k): dict(v) for k, v in data.get("broker_configs", {}).items()
             }
@@ -89,6 +92,7 @@ class MetadataImage:
                 "acls": self.acls,
                 "broker_configs": self.broker_configs,
                 "scram": self.scram,
+                "client_quotas": self.client_quotas,
             },
         )
 
@@ -99,6 +103,11 @@ class MetadataImage:
     def set_acls(self, acls: list[dict[str, Any]]) -> None:
         """Replace every ACL binding and write the image (CreateAcls, DeleteAcls)."""
         self.acls = acls
+        self.save()
+
+    def set_client_quotas(self, quotas: list[dict[str, Any]]) -> None:
+        """Replace every client quota and write the image (AlterClientQuotas)."""
+        self.client_quotas = quotas
         self.save()
 
     def set_scram(self, credentials: list[dict[str, Any]]) -> None:

@@ -43,6 +43,8 @@ class ApiKey(IntEnum):
     DESCRIBE_CLUSTER = 60
     SASL_HANDSHAKE = 17
     SASL_AUTHENTICATE = 36
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
     DESCRIBE_USER_SCRAM_CREDENTIALS = 50
     ALTER_USER_SCRAM_CREDENTIALS = 51
     DESCRIBE_PRODUCERS = 61
@@ -110,6 +112,8 @@ SUPPORTED_VERSIONS: dict[ApiKey, tuple[int, int]] = {
     # ILLEGAL_SASL_STATE afterwards. A v0 handshake is followed by raw tokens.
     ApiKey.SASL_HANDSHAKE: (0, 1),
     ApiKey.SASL_AUTHENTICATE: (0, 2),
+    ApiKey.DESCRIBE_CLIENT_QUOTAS: (0, 1),
+    ApiKey.ALTER_CLIENT_QUOTAS: (0, 1),
     ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     # v0 is not in kio (no pattern type; Kafka 4 dropped it too).

@@ -33,6 +33,7 @@ from oncelog.broker.dispatcher import Dispatcher
 from oncelog.broker.group_runtime import GroupRuntime
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed, Purgatory
+from oncelog.broker.quotas import image_quotas
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import Clock, SystemClock
@@ -201,6 +202,17 @@ class BrokerServer:
         memory = self.request_memory
         metrics.watch_request_memory(lambda: memory.used, lambda: memory.waiting)
 
+    def _load_credentials_and_quotas(self, context: BrokerContext) -> None:
+        """SCRAM credentials and client quotas: the image's on a single node, etcd's
+        (watched) in a cluster."""
+        if self.cluster is None:
+            self.credentials = ScramCredentials.from_json(self.replicas.metadata.scram)
+            context.quotas.replace_all(image_quotas(self.replicas.metadata.client_quotas))
+        else:
+            self.cluster.scram = self.credentials
+            self.cluster.attach_client_quotas(context.quotas)
+        context.scram = self.credentials
+
     async def start(self) -> int:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
         loop = self._loop = asyncio.get_running_loop()
@@ -233,12 +245,7 @@ class BrokerServer:
         )
         # A single node keeps its ACLs in the metadata image; a cluster's come from etcd.
         context.authorizer = load_authorizer(context, from_image=self.cluster is None)
-        # SCRAM credentials likewise: the image's on a single node, etcd's (watched) in a cluster
-        if self.cluster is None:
-            self.credentials = ScramCredentials.from_json(self.replicas.metadata.scram)
-        else:
-            self.cluster.scram = self.credentials
-        context.scram = self.credentials
+        self._load_credentials_and_quotas(context)
         self._watch_connections(context.metrics)
         if self.cluster is not None:
             context.metrics.controller = self.cluster.controller

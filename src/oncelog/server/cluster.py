@@ -55,6 +55,7 @@ from oncelog.metadata.producer_id_blocks import next_block
 from oncelog.server.cluster_acls import ClusterAclOps
 from oncelog.server.cluster_admin import ClusterAdminOps
 from oncelog.server.cluster_configs import ClusterConfigOps
+from oncelog.server.cluster_quotas import ClusterQuotaOps
 from oncelog.server.cluster_scram import ClusterScramOps
 from oncelog.server.etcd import (
     EtcdError,
@@ -79,7 +80,9 @@ CLUSTER_ID_KEY = b"cluster_id"
 RETRY_S = 0.5
 
 
-class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterScramOps):
+class ClusterRuntime(
+    ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterScramOps, ClusterQuotaOps
+):
     def __init__(
         self,
         config: BrokerConfig,
@@ -299,6 +302,8 @@ class ClusterRuntime(ClusterAdminOps, ClusterAclOps, ClusterConfigOps, ClusterSc
             self._scram_event("/".join(key.parts), event.value if put else None)
         if key.kind == cs.KeyKind.BROKER_CONFIGS:
             self._broker_configs_event(key.parts[0], event.value if put else None)
+        if key.kind == cs.KeyKind.CLIENT_QUOTAS:
+            self._client_quota_event(key.parts[0], event.value if put else None)
         return []
 
     def _topic_event(self, name: str, event: WatchEvent) -> list[PartitionWrite]:

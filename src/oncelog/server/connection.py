@@ -6,7 +6,9 @@ other. Reading pauses when too many requests are queued (`queued.max.requests`),
 queued requests add up to `socket.request.max.bytes` (so one connection holds at most about
 twice that: Kafka reads one request at a time), when the broker's budget for waiting requests
 is spent (`queued.max.request.bytes`, server/request_memory.py), or when the socket's send
-buffer is full: what one client can make us hold is bounded.
+buffer is full: what one client can make us hold is bounded. A client over one of its quotas
+gets its answer at once, with the throttle time in it, and then nothing more is read or
+handled for that long (Kafka's muted channel, KIP-219).
 """
 
 from __future__ import annotations
@@ -104,6 +106,8 @@ class Connection(asyncio.BufferedProtocol):
         self._owned_fds: set[int] = set()
         self._read_paused = False
         self._write_paused = False
+        #: Throttled by a client quota: nothing is read or handled until the timer ends it.
+        self._muted: asyncio.TimerHandle | None = None
         self.peer = "?"
         self.client_host = ""
         self.last_active_ms = now_ms()
@@ -166,6 +170,10 @@ class Connection(asyncio.BufferedProtocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        if self._muted is not None:
+            self._muted.cancel()
+            self._muted = None
+        self._dispatcher.broker.quotas.muted.pop(self.id, None)
         self._queue.clear()
         self._queued_bytes = 0
         if self._memory is not None:
@@ -199,6 +207,7 @@ class Connection(asyncio.BufferedProtocol):
             and not self.closed
             and not self._write_paused
             and not self._unsent
+            and self._muted is None
         ):
             frame, arrived = self._queue.popleft()
             self._queued_bytes -= len(frame)
@@ -230,6 +239,8 @@ class Connection(asyncio.BufferedProtocol):
                 self.listener_name,
                 received=arrived,
             )
+            if self._dispatcher.broker.quotas.muted:
+                self._mute_if_throttled()
             if isinstance(outcome, Reply):
                 out.extend(outcome.data)
                 if any(isinstance(part, FileRegion) for part in outcome.data):
@@ -280,11 +291,31 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if not self.closed:
                 self._send(pending.finish(response))
+                if self._dispatcher.broker.quotas.muted:
+                    self._mute_if_throttled()
                 self._drain_queue()
 
         delayed.on_done = done
         self._waiting = delayed
         self._on_pending(delayed)
+
+    def _mute_if_throttled(self) -> None:
+        """Take the throttle time the last request's quota set for this connection, if any,
+        and stop reading and handling requests until it has passed."""
+        throttle_ms = self._dispatcher.broker.quotas.muted.pop(self.id, 0)
+        if throttle_ms <= 0 or self.closed:
+            return
+        if self._muted is not None:
+            self._muted.cancel()
+        self._muted = asyncio.get_running_loop().call_later(throttle_ms / 1000, self._unmute)
+        self._update_reading()
+
+    def _unmute(self) -> None:
+        self._muted = None
+        if self.closed:
+            return
+        self._update_reading()
+        self._drain_queue()
 
     def _send(self, parts: list[Buffer]) -> None:
         transport = self._transport
@@ -354,6 +385,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         should_pause = (
             self._write_paused
+            or self._muted is not None
             or len(self._queue) >= self._max_queued
             or self._queued_bytes >= self._max_frame_bytes
         )

@@ -274,6 +274,8 @@ class _Fetch:
         budget = request.max_bytes if request.max_bytes > 0 else 0
         if request.replica_id < 0:  # a consumer's, capped as Kafka caps it
             budget = min(budget, ctx.broker.config.get_int("fetch.max.bytes"))
+            if ctx.broker.quotas.enabled:  # and to what its quota allows in one window
+                budget = min(budget, ctx.broker.quotas.window_allowance(ctx))
         self.budget = budget
         #: Per session partition read by the last attempt: (its state, error, high
         #: watermark, log start, leader state answered under).
