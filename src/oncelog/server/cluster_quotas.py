@@ -25,7 +25,8 @@ class ClusterQuotaOps:
     store: EtcdStore | None
     wake: Callable[[Sequence[Hashable]], None]
     _quota_entities: dict[str, tuple[Entity, dict[str, float]]]
-    _client_quotas: ClientQuotas | None
+    #: The broker context's quotas, once attached (the watch may run before).
+    _client_quotas: ClientQuotas | None = None
 
     def attach_client_quotas(self, quotas: ClientQuotas) -> None:
         """Keep `quotas` (the broker context's) up to date with etcd from now on."""
@@ -35,7 +36,6 @@ class ClusterQuotaOps:
     def _known_quotas(self) -> dict[str, tuple[Entity, dict[str, float]]]:
         if not hasattr(self, "_quota_entities"):
             self._quota_entities = {}
-            self._client_quotas = None
         return self._quota_entities
 
     def write_client_quotas(self, changes: Mapping[Entity, Mapping[str, float]]) -> PendingOp:
