@@ -5,14 +5,27 @@ Alterations are IncrementalAlterConfigs (SET for --add-config, DELETE for --dele
 as Kafka's tool sends them; `--describe` lists the dynamic configs (every config with
 --all) with their synonyms, in Kafka's format. Requests go through `oncelog.client.configs`
 because librdkafka cannot name the cluster-default broker resource.
+
+`--entity-type users|clients` (or `--user`, `--client`, `--user-defaults`,
+`--client-defaults`) sets and shows client quotas instead: AlterClientQuotas and
+DescribeClientQuotas, in `configs_quotas.py`. `--command-config` is the other admin tools'
+properties file (its SASL login and TLS settings).
 """
 
 from __future__ import annotations
 
 import argparse
 import re
+import ssl
 from typing import Any
 
+from oncelog.cli import configs_quotas
+from oncelog.cli.command_config import (
+    UsageError,
+    add_command_config,
+    protocol_security,
+    settings,
+)
 from oncelog.cli.console import add_bootstrap, exits_quietly, fail
 from oncelog.client.admin import Admin
 from oncelog.client.configs import (
@@ -24,36 +37,43 @@ from oncelog.client.configs import (
     alter_configs,
     describe_configs,
 )
-from oncelog.client.connection import ClientError
+from oncelog.client.connection import ClientError, SaslLogin
 
 TIMEOUT_S = 10.0
 #: Commas split entries except inside [...] (a list value: `cleanup.policy=[compact,delete]`).
 _ENTRY_SPLIT = re.compile(r",(?![^\[]*\])")
 
 
-class UsageError(Exception):
-    """A command line Kafka's tool would refuse (exit status 2)."""
-
-
 def add_parsers(sub: Any) -> None:
     p = sub.add_parser(
-        "configs", help="describe or alter topic and broker configs (like kafka-configs)"
+        "configs",
+        help="describe or alter topic and broker configs and client quotas (like kafka-configs)",
     )
     action = p.add_mutually_exclusive_group(required=True)
     action.add_argument("--describe", action="store_true", help="list configs")
     action.add_argument("--alter", action="store_true", help="change configs")
     p.add_argument(
         "--entity-type",
-        required=True,
-        choices=["topics", "brokers"],
-        help="topics, or brokers (dynamic broker configs)",
+        action="append",
+        choices=["topics", "brokers", "users", "clients"],
+        help="topics, brokers (dynamic broker configs), users or clients (client quotas); "
+        "users and clients together for a user's client id",
     )
-    p.add_argument("--entity-name", help="the topic, or the broker id")
+    p.add_argument(
+        "--entity-name",
+        dest="entity_names",
+        action=configs_quotas.EntityName,
+        help="the topic, broker id, user principal or client id (one per --entity-type)",
+    )
     p.add_argument(
         "--entity-default",
-        action="store_true",
-        help="the cluster-wide default of dynamic broker configs (brokers only)",
+        dest="entity_names",
+        action=configs_quotas.EntityName,
+        nargs=0,
+        help="the default entity instead of a name: the cluster-wide default of dynamic "
+        "broker configs, the default user or client id",
     )
+    configs_quotas.add_shorthand(p)
     p.add_argument(
         "--add-config",
         help="k1=v1,k2=[v1,v2],... to set (a list value in square brackets)",
@@ -61,51 +81,90 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--delete-config", help="k1,k2,... to remove (back to the default)")
     p.add_argument("--all", action="store_true", help="with --describe: every config")
     add_bootstrap(p)
+    add_command_config(p)
     p.set_defaults(func=run_configs)
 
 
 @exits_quietly
 def run_configs(args: argparse.Namespace) -> int:
     try:
-        resource_type, names = _entities(args)
+        types, names = configs_quotas.selection(args)
         changes = _changes(args) if args.alter else []
+        sasl, tls = protocol_security(settings(args))
+        if types[0] in configs_quotas.QUOTA_TYPES:
+            return _run_quotas(args, types, names, changes, sasl, tls)
+        resource_type, resource_names = _entities(args, types[0], names)
     except UsageError as exc:
         return fail(str(exc), 2)
     try:
-        with Admin(args.bootstrap_server, timeout=TIMEOUT_S) as admin:
+        with Admin(args.bootstrap_server, timeout=TIMEOUT_S, sasl=sasl, tls=tls) as admin:
             if args.alter:
-                name = names[0] if names else ""
+                name = resource_names[0] if resource_names else ""
                 alter_configs(admin, resource_type, name, changes)
                 print(_completed(resource_type, name))
                 return 0
-            if not names:
-                names = (
+            if not resource_names:
+                resource_names = (
                     admin.topics() if resource_type == TOPIC else [str(n) for n in admin.node_ids()]
                 )
-            for name in names:
+            for name in resource_names:
                 _print_configs(
                     resource_type, name, describe_configs(admin, resource_type, name), args.all
                 )
             return 0
-    except ClientError as exc:
+    except (ClientError, OSError) as exc:
         return fail(str(exc))
 
 
-def _entities(args: argparse.Namespace) -> tuple[int, list[str]]:
-    resource_type = TOPIC if args.entity_type == "topics" else BROKER
-    if args.entity_default:
+def _run_quotas(
+    args: argparse.Namespace,
+    types: list[str],
+    names: list[str | None],
+    changes: list[tuple[str, int, str | None]],
+    sasl: SaslLogin | None,
+    tls: ssl.SSLContext | None,
+) -> int:
+    """Client quotas of users, client ids or both (UsageError for a bad command line)."""
+    ops: list[tuple[str, float | None]] = []
+    if args.alter:
+        if len(names) != len(types):
+            raise UsageError(
+                "--entity-name or --entity-default must be specified with each --entity-type "
+                "for --alter"
+            )
+        ops = configs_quotas.parse_ops(types, changes, SET)
+    if args.all:
+        raise UsageError("--all is for topics and brokers")
+    try:
+        with Admin(args.bootstrap_server, timeout=TIMEOUT_S, sasl=sasl, tls=tls) as admin:
+            if args.alter:
+                configs_quotas.alter(admin, types, names, ops)
+                print(configs_quotas.completed(types, names))
+                return 0
+            for line in configs_quotas.describe(admin, types, names):
+                print(line)
+            return 0
+    except (ClientError, OSError) as exc:
+        return fail(str(exc))
+
+
+def _entities(
+    args: argparse.Namespace, entity_type: str, names: list[str | None]
+) -> tuple[int, list[str]]:
+    resource_type = TOPIC if entity_type == "topics" else BROKER
+    if None in names:
         if resource_type == TOPIC:
             raise UsageError("--entity-default is only for --entity-type brokers")
-        if args.entity_name is not None:
-            raise UsageError("give --entity-name or --entity-default, not both")
         return resource_type, [""]
-    if args.entity_name is None:
+    if not names:
         if args.alter:
             raise UsageError("--alter needs --entity-name (or --entity-default for brokers)")
         return resource_type, []
-    if resource_type == BROKER and not args.entity_name.isdigit():
-        raise UsageError(f"the broker entity name must be a broker id, not {args.entity_name!r}")
-    return resource_type, [args.entity_name]
+    name = names[0]
+    assert name is not None
+    if resource_type == BROKER and not name.isdigit():
+        raise UsageError(f"the broker entity name must be a broker id, not {name!r}")
+    return resource_type, [name]
 
 
 def _changes(args: argparse.Namespace) -> list[tuple[str, int, str | None]]:
