@@ -254,3 +254,10 @@ def test_entities_round_trip_through_their_stored_form() -> None:
     assert image_quotas(stored) == {entity: {PRODUCE: 10.0}}
     with pytest.raises(ValueError, match="not a client quota entity"):
         entity_from_json([["group", "g"]])
+
+
+def test_a_request_time_throttle_is_bounded_by_one_window_a_byte_rate_by_int32() -> None:
+    q, _ = quotas()
+    q.set_entity(make_entity([client("app")]), {REQUEST: 1e-9, PRODUCE: 1e-9})
+    assert q.record(REQUEST, "User:x", "app", 50.0) == 1000
+    assert q.record(PRODUCE, "User:x", "app", 10**9) == 2**31 - 1

@@ -40,6 +40,9 @@ USER_CLIENT_KEYS = {PRODUCE: True, FETCH: True, REQUEST: False, "controller_muta
 #: The keys oncelog enforces; the others are refused rather than stored and ignored.
 ENFORCED = (PRODUCE, FETCH, REQUEST)
 
+#: The longest throttle time an answer can carry (int32 milliseconds).
+_MAX_THROTTLE_MS = 2**31 - 1
+
 #: An entity: its (type, name) pairs sorted by type, a name of None being the default.
 Entity = tuple[tuple[str, str | None], ...]
 
@@ -326,7 +329,11 @@ class ClientQuotas:
         measured, window_ms = rate.measure(now)
         if measured <= quota:
             return 0
-        return round((measured - quota) / quota * window_ms)
+        throttle = (measured - quota) / quota * window_ms
+        # Kafka bounds a request-time throttle by one sample window (ClientRequestQuotaManager),
+        # and every throttle time must fit the answer's int32.
+        bound = self.window_size_ms if key == REQUEST else _MAX_THROTTLE_MS
+        return round(min(throttle, bound))
 
     def window_allowance(self, ctx: Any) -> int:
         """The most bytes one Fetch of this request's client may carry: what its
