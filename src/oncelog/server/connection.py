@@ -64,6 +64,8 @@ class Connection(asyncio.BufferedProtocol):
         socket's SO_SNDBUF (socket.send.buffer.bytes; -1 leaves the OS's autotuning)."""
         self.id = f"conn-{next(_ids)}"
         self._dispatcher = dispatcher
+        #: The broker's client quotas, whose `muted` says when a request throttled us.
+        self._quotas = dispatcher.broker.quotas
         self._max_frame_bytes = max_frame_bytes
         self._decoder = FrameDecoder(
             max_frame_bytes if authenticator is None else min(max_auth_frame_bytes, max_frame_bytes)
@@ -173,7 +175,7 @@ class Connection(asyncio.BufferedProtocol):
         if self._muted is not None:
             self._muted.cancel()
             self._muted = None
-        self._dispatcher.broker.quotas.muted.pop(self.id, None)
+        self._quotas.muted.pop(self.id, None)
         self._queue.clear()
         self._queued_bytes = 0
         if self._memory is not None:
@@ -239,7 +241,7 @@ class Connection(asyncio.BufferedProtocol):
                 self.listener_name,
                 received=arrived,
             )
-            if self._dispatcher.broker.quotas.muted:
+            if self._quotas.muted:
                 self._mute_if_throttled()
             if isinstance(outcome, Reply):
                 out.extend(outcome.data)
@@ -291,7 +293,7 @@ class Connection(asyncio.BufferedProtocol):
                 return
             if not self.closed:
                 self._send(pending.finish(response))
-                if self._dispatcher.broker.quotas.muted:
+                if self._quotas.muted:
                     self._mute_if_throttled()
                 self._drain_queue()
 
@@ -302,7 +304,7 @@ class Connection(asyncio.BufferedProtocol):
     def _mute_if_throttled(self) -> None:
         """Take the throttle time the last request's quota set for this connection, if any,
         and stop reading and handling requests until it has passed."""
-        throttle_ms = self._dispatcher.broker.quotas.muted.pop(self.id, 0)
+        throttle_ms = self._quotas.muted.pop(self.id, 0)
         if throttle_ms <= 0 or self.closed:
             return
         if self._muted is not None:
