@@ -1,4 +1,4 @@
-"""`--command-config FILE` of the admin tools (`acls`, `users`, `get-offsets`,
+"""`--command-config FILE` of the admin tools (`acls`, `configs`, `users`, `get-offsets`,
 `delete-records`, `log-dirs`): client settings in properties form (`key=value` lines, `#` and
 `!` comments).
 
