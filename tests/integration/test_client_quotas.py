@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
 
 from tests.broker_process import BrokerProcess
 from tests.integration.helpers import create_topic
+from tests.integration.secure_broker import SecureBroker, plain_jaas
 from tests.integration.test_metrics import metrics_url, scrape, value
 
 pytestmark = pytest.mark.integration
@@ -143,8 +145,11 @@ def test_quotas_are_set_described_removed_and_survive_a_restart(
         again.close()
 
 
-def produce(bootstrap: str, client_id: str, count: int) -> tuple[float, list[float], int]:
-    """(seconds taken, throttle times librdkafka was told, messages delivered)."""
+def produce(
+    bootstrap: str, client_id: str, count: int, login: dict[str, str] | None = None
+) -> tuple[float, list[float], int]:
+    """(seconds taken, throttle times librdkafka was told, messages delivered); `login`:
+    librdkafka's SASL settings."""
     throttles: list[float] = []
     delivered = []
     producer = Producer(
@@ -154,6 +159,7 @@ def produce(bootstrap: str, client_id: str, count: int) -> tuple[float, list[flo
             "linger.ms": 5,
             "batch.size": 16384,
             "throttle_cb": lambda event: throttles.append(event.throttle_time),
+            **(login or {}),
         }
     )
     started = time.monotonic()
@@ -246,3 +252,43 @@ def test_quotas_need_the_clusters_config_rights(broker_factory: type[BrokerProce
         assert (denied.error_code, denied.entries) == (31, None)
     finally:
         admin.close()
+
+
+def test_a_user_quota_holds_for_the_authenticated_user_only(tmp_path: Path) -> None:
+    """A quota on `user=alice` applies to alice's SASL logins, whatever their client id, and
+    not to bob's or to unauthenticated clients (User:ANONYMOUS)."""
+    broker = SecureBroker(
+        tmp_path / "data",
+        {
+            "listeners": "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+            "sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.sasl_plaintext.plain.sasl.jaas.config": plain_jaas(
+                {"alice": "alice-pw", "bob": "bob-pw"}
+            ),
+        },
+    ).start()
+    try:
+        plain = broker.bootstrap_of("PLAINTEXT")
+        create_topic(plain, "quota", 1)
+        admin = Admin(plain)
+        try:
+            assert admin.alter([("user", "alice")], {"producer_byte_rate": RATE}) == (0, None)
+        finally:
+            admin.close()
+        sasl = broker.bootstrap_of("SASL_PLAINTEXT")
+
+        def login(user: str) -> dict[str, str]:
+            return {
+                "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN",
+                "sasl.username": user,
+                "sasl.password": f"{user}-pw",
+            }
+
+        _, throttles, delivered = produce(sasl, "any-client", COUNT, login("alice"))
+        assert delivered == COUNT and any(t > 0 for t in throttles), throttles
+        for bootstrap, who in ((sasl, login("bob")), (plain, None)):
+            _, throttles, delivered = produce(bootstrap, "any-client", COUNT, who)
+            assert delivered == COUNT and not any(t > 0 for t in throttles), throttles
+    finally:
+        broker.kill()
