@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 from tests.broker_process import BrokerProcess
+from tests.processes import descendants
 
 
 @pytest.fixture
@@ -83,7 +84,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     for thread in stuck:
         thread.join(timeout=5.0 / len(stuck))
     stuck = [t for t in stuck if t.is_alive()]
-    children = _child_pids()
+    children = sorted(descendants(os.getpid(), living_only=True))
     if not stuck and not children:
         return
     for pid in children:
@@ -106,26 +107,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     session.config._oncelog_exitstatus = exitstatus  # type: ignore[attr-defined]
-
-
-def _child_pids() -> list[int]:
-    """The pids of this process's live children (from /proc; empty where there is none)."""
-    me = str(os.getpid())
-    pids = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The command may hold spaces and parentheses: the fields after it start past ") ".
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[1] == me and fields[0] != "Z":
-            pids.append(int(entry))
-    return pids

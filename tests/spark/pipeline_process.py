@@ -24,32 +24,10 @@ import pytest
 
 from tests.broker_process import BrokerProcess
 from tests.integration.helpers import create_topic
+from tests.processes import descendants
 from tests.spark.spark_env import JAVA_OPTIONS, spark_env
 
 BATCH = re.compile(r"^batch (\d+) (?:rows (\d+)|skipped)")
-
-
-def descendants(pid: int) -> set[int]:
-    """All living descendants of `pid` (children, grandchildren, …) from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry))
-    out: set[int] = set()
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            if child not in out:
-                out.add(child)
-                todo.append(child)
-    return out
 
 
 def _sigkill(pid: int, *, group: bool = False) -> None:

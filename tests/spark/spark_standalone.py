@@ -27,7 +27,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from tests.spark.pipeline_process import descendants
+from tests.processes import descendants
 from tests.spark.spark_env import JAVA_OPTIONS, WHEEL_SPARK_HOME, spark_home
 
 SPARK_CLASS = WHEEL_SPARK_HOME / "bin" / "spark-class"

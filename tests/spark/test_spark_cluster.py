@@ -26,6 +26,7 @@ import pytest
 
 from tests.cluster_process import Cluster
 from tests.postgres_server import PostgresServer, find_bin_dir
+from tests.processes import descendants
 from tests.spark.pipeline_check import analyse_kafka, analyse_postgres, assert_exactly_once
 from tests.spark.pipeline_process import (
     INPUT,
@@ -34,7 +35,6 @@ from tests.spark.pipeline_process import (
     PipelineProcess,
     averages_args,
     checkpoint_batches,
-    descendants,
     generate,
     kill_mid_batch,
     pipelines,

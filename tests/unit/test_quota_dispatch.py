@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from oncelog.broker.dispatcher import NoReply, Reply
+from oncelog.broker.dispatcher import NoReply, Outcome, Reply
 from oncelog.broker.quotas import CLIENT_ID, FETCH, PRODUCE, REQUEST, make_entity
 from oncelog.protocol.registry import ApiKey
 from tests.unit.metrics_broker import FETCH_V, Broker, batch
@@ -38,6 +38,21 @@ def metadata(broker: Broker) -> int:
         },
     )
     return int(answer.throttle_time.total_seconds() * 1000)
+
+
+def produce_outcome(broker: Broker, acks: int, records: bytes) -> Outcome:
+    """The dispatcher's outcome of a Produce of `records` to partition 0 of `t`."""
+    outcome, _ = broker.dispatch(
+        ApiKey.PRODUCE,
+        9,
+        {
+            "transactional_id": None,
+            "acks": acks,
+            "timeout": timedelta(seconds=1),
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": records}]}],
+        },
+    )
+    return outcome
 
 
 def test_no_quota_no_throttle(broker: Broker) -> None:
@@ -68,18 +83,7 @@ def test_produced_bytes_over_the_quota_throttle_the_produce(broker: Broker) -> N
         broker.produce("t", 0, batch([b"x" * 200]))
     assert broker.context.quotas.muted.get("conn-1", 0) > 0
     # The answer itself carries it.
-    outcome, _ = broker.dispatch(
-        ApiKey.PRODUCE,
-        9,
-        {
-            "transactional_id": None,
-            "acks": 1,
-            "timeout": timedelta(seconds=1),
-            "topic_data": [
-                {"name": "t", "partition_data": [{"index": 0, "records": batch([b"y"])}]}
-            ],
-        },
-    )
+    outcome = produce_outcome(broker, 1, batch([b"y"]))
     assert isinstance(outcome, Reply)
     answer = broker.decode(ApiKey.PRODUCE, 9, outcome.data)
     assert answer.throttle_time > timedelta(0)
@@ -88,18 +92,7 @@ def test_produced_bytes_over_the_quota_throttle_the_produce(broker: Broker) -> N
 
 def test_acks_zero_is_muted_though_unanswered(broker: Broker) -> None:
     broker.context.quotas.set_entity(CLIENT, {PRODUCE: 1.0})
-    outcome, _ = broker.dispatch(
-        ApiKey.PRODUCE,
-        9,
-        {
-            "transactional_id": None,
-            "acks": 0,
-            "timeout": timedelta(seconds=1),
-            "topic_data": [
-                {"name": "t", "partition_data": [{"index": 0, "records": batch([b"z" * 100])}]}
-            ],
-        },
-    )
+    outcome = produce_outcome(broker, 0, batch([b"z" * 100]))
     assert isinstance(outcome, NoReply)
     assert broker.context.quotas.muted.get("conn-1", 0) > 0
 

@@ -35,6 +35,27 @@ class PendingOp:
         self.error = error
 
 
+def answer_when_written(
+    op: PendingOp,
+    deadline_ms: int,
+    response: dict[str, Any],
+    fail: Callable[[ErrorCode, str], None],
+) -> Delayed:
+    """Hold `response` until the etcd write `op` is done (or `deadline_ms`); if it failed
+    or did not finish in time, `fail(code, message)` marks the entries it concerned first."""
+
+    def attempt(force: bool) -> dict[str, Any] | None:
+        if not op.done and not force:
+            return None
+        if op.done and op.error is None:
+            return response
+        code = op.error.code if op.error is not None else ErrorCode.request_timed_out
+        fail(code, str(op.error) if op.error is not None else "etcd did not confirm in time")
+        return response
+
+    return Delayed(attempt, deadline_ms, (op.key,))
+
+
 class ClusterOps(Protocol):
     def create_topic(
         self,

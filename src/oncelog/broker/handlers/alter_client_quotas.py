@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker import authz
+from oncelog.broker.cluster_view import answer_when_written
 from oncelog.broker.context import BrokerContext, RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.quotas import (
@@ -71,21 +72,13 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
         )
         return response
     op = ops.write_client_quotas(changes)
-    deadline = broker.clock.monotonic_ms() + WRITE_TIMEOUT_MS
 
-    def attempt(force: bool) -> dict[str, Any] | None:
-        if not op.done and not force:
-            return None
-        if op.done and op.error is None:
-            return response
-        code = op.error.code if op.error is not None else ErrorCode.request_timed_out
-        message = str(op.error) if op.error is not None else "etcd did not confirm in time"
+    def fail(code: ErrorCode, message: str) -> None:
         for result in results:
             if result["error_code"] == ErrorCode.none:
                 result.update(error_code=code, error_message=message)
-        return response
 
-    return Delayed(attempt, deadline, (op.key,))
+    return answer_when_written(op, broker.clock.monotonic_ms() + WRITE_TIMEOUT_MS, response, fail)
 
 
 def _new_values(broker: BrokerContext, entity: Entity, ops: Any) -> dict[str, float]:
