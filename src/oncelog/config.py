@@ -301,6 +301,36 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
     ),
     ConfigDef("max.connections", C.INT, str(INT_MAX), at_least=0),
     ConfigDef(
+        "leader.replication.throttled.rate",
+        C.LONG,
+        str(LONG_MAX),
+        at_least=0,
+        doc="Bytes a second this broker sends, as leader, to the out-of-sync followers of "
+        "the partitions its topics list in leader.replication.throttled.replicas.",
+    ),
+    ConfigDef(
+        "follower.replication.throttled.rate",
+        C.LONG,
+        str(LONG_MAX),
+        at_least=0,
+        doc="Bytes a second this broker fetches, as an out-of-sync follower, for the "
+        "partitions its topics list in follower.replication.throttled.replicas.",
+    ),
+    ConfigDef(
+        "replication.quota.window.num",
+        C.INT,
+        "11",
+        at_least=1,
+        doc="The number of samples to retain in memory for replication quotas.",
+    ),
+    ConfigDef(
+        "replication.quota.window.size.seconds",
+        C.INT,
+        "1",
+        at_least=1,
+        doc="The time span of each sample for replication quotas.",
+    ),
+    ConfigDef(
         "quota.window.num",
         C.INT,
         "11",

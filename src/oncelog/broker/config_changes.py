@@ -37,7 +37,8 @@ APPEND = 2
 SUBTRACT = 3
 
 #: Broker keys whose dynamic value the broker applies at once: the defaults of the topic
-#: configs its partition logs run with (a subset of Kafka's DynamicLogConfig keys).
+#: configs its partition logs run with (a subset of Kafka's DynamicLogConfig keys) and the
+#: replication throttles' rates (Kafka's DynamicConfig.Broker).
 DYNAMIC_BROKER_KEYS = frozenset(
     {
         "log.segment.bytes",
@@ -60,6 +61,8 @@ DYNAMIC_BROKER_KEYS = frozenset(
         "log.cleaner.max.compaction.lag.ms",
         "message.max.bytes",
         "min.insync.replicas",
+        "leader.replication.throttled.rate",
+        "follower.replication.throttled.rate",
     }
 )
 

@@ -62,6 +62,11 @@ class Partition:
     def leader_epoch(self) -> int:
         return self.view.leader_epoch if self.view is not None else -1
 
+    @property
+    def isr(self) -> tuple[int, ...]:
+        """The in-sync replicas etcd's partition state says (none before it arrived)."""
+        return self.view.isr if self.view is not None else ()
+
     def apply_state(self, view: ReplicaView, lag_time_max_ms: int, now_ms: int) -> Change:
         """Take a partition state read from etcd; stale ones (older leader epoch, or the same
         leader epoch with an older partition epoch) and the one already applied (a leader's

@@ -16,6 +16,11 @@ from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from oncelog.broker.partition import Change, Partition, ReplicaView, Role
+from oncelog.broker.replication_quota import (
+    FOLLOWER_REPLICAS,
+    LEADER_REPLICAS,
+    ReplicationThrottle,
+)
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
 from oncelog.errors import (
@@ -121,6 +126,15 @@ class ReplicaManager:
         #: IsrExpandsPerSec), read by the metrics.
         self.isr_shrinks = 0
         self.isr_expands = 0
+        #: Replication throttles (KIP-73): what this broker sends as leader and fetches as
+        #: follower for the replicas out of the ISR its topics list.
+        window = (
+            config.get_int("replication.quota.window.num"),
+            config.get_int("replication.quota.window.size.seconds") * 1000,
+        )
+        self.leader_throttle = ReplicationThrottle(clock, *window)
+        self.follower_throttle = ReplicationThrottle(clock, *window)
+        self._apply_throttles(None)
 
     def startup(self) -> None:
         self.logs.startup(self._log_config)
@@ -198,6 +212,24 @@ class ReplicaManager:
                 config = self._log_config(tp.topic)
                 if config is not None:
                     plog.config = config
+        self._apply_throttles(topic)
+
+    def _apply_throttles(self, topic: str | None) -> None:
+        """The replication throttles' rates from the broker configs in force, and the
+        throttled replicas of `topic` (None: of every topic) from its configs."""
+        config = self.effective_config()
+        self.leader_throttle.set_limit(config.get_int("leader.replication.throttled.rate"))
+        self.follower_throttle.set_limit(config.get_int("follower.replication.throttled.rate"))
+        node = self.config.node_id
+        for name, image in self.metadata.topics.items():
+            if topic is None or name == topic:
+                leader = image.configs.get(LEADER_REPLICAS, "")
+                self.leader_throttle.set_topic(name, leader, node)
+                follower = image.configs.get(FOLLOWER_REPLICAS, "")
+                self.follower_throttle.set_topic(name, follower, node)
+        if topic is None:
+            self.leader_throttle.forget_others(self.metadata.topics)
+            self.follower_throttle.forget_others(self.metadata.topics)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -499,6 +531,7 @@ class ReplicaManager:
         if existing != image:
             self.metadata.add_topic(image)
             self._log_configs.pop(name, None)
+            self._apply_throttles(name)
         config = self._log_config(name)
         assert config is not None
         mine = []
@@ -608,13 +641,20 @@ class ReplicaManager:
             raise NotLeaderOrFollower(f"broker {replica_id} is not a replica of {tp}")
         plog = replica.log
         end = plog.log_end_offset
-        if fetch_offset == end and end >= plog.log_start_offset:
+        # A move's copy to a follower out of the ISR, over the leader's throttle: the
+        # answer has the offsets but no records until the rate has fallen back.
+        throttled = replica_id not in leader.isr and self.leader_throttle.applies(tp)
+        if throttled and self.leader_throttle.exceeded():
+            max_bytes = 0
+        if (fetch_offset == end or max_bytes == 0) and end >= plog.log_start_offset:
             # Caught up (a long poll parking, or its position after an append): nothing to
             # read, the answer is the offsets `read` would give.
             hw, start, lso = plog.high_watermark, plog.log_start_offset, plog.last_stable_offset
             result = _new_tuple(ReadResult, (b"", hw, start, end, lso, None))
         else:
             result = plog.read(fetch_offset, max_bytes, end, for_follower=True, regions=True)
+            if throttled:
+                self.leader_throttle.record(len(result.records))
         if now_ms is None:
             now_ms = self.clock.monotonic_ms()
         leader.on_follower_fetch(replica_id, fetch_offset, end, now_ms)

@@ -29,6 +29,7 @@ from kio.serial import entity_reader
 
 from oncelog.broker.partition import Partition, Role
 from oncelog.broker.replica_manager import ReplicaManager
+from oncelog.broker.replication_quota import UNLIMITED
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.codec import response_class
 from oncelog.protocol.fast_fetch import (
@@ -166,9 +167,33 @@ class ReplicaFetcher:
             link.dirty.update(r.tp for r in truncating)
             link.refresh(by_tp, leader_id, clock.monotonic_ms())
         if link.fetching:
-            await self._fetch(channel, leader_id, link)
+            wanted = self._unthrottled(link)
+            if not wanted:  # every partition held back by the follower throttle
+                await asyncio.sleep(self.backoff_s)
+                return True
+            await self._fetch(channel, leader_id, link, wanted)
             return True
         return bool(truncating)
+
+    def _unthrottled(self, link: _Link) -> dict[TopicPartition, Position]:
+        """The positions to fetch now: all of them, but while this broker's follower throttle
+        is over its rate, not those it throttles that are out of the ISR (Kafka's fetcher
+        leaves them out of its requests, and the session forgets them meanwhile)."""
+        throttle = self.replicas.follower_throttle
+        held: set[TopicPartition] = set()
+        if throttle.limit < UNLIMITED and throttle.topics and throttle.exceeded():
+            node = self.node_id
+            held = {
+                tp
+                for tp, replica in link.fetching.items()
+                if throttle.applies(tp) and node not in replica.isr
+            }
+        if held != link.held:
+            link.changed |= held ^ link.held
+            link.held = held
+        if not held:
+            return link.positions
+        return {tp: p for tp, p in link.positions.items() if tp not in held}
 
     async def _truncate(self, channel: BrokerChannel, replicas: list[Partition]) -> None:
         by_topic: dict[str, list[dict[str, Any]]] = {}
@@ -223,10 +248,17 @@ class ReplicaFetcher:
                     plog.truncate_to(offset)
                 follower.move(FollowerPhase.FETCHING)
 
-    async def _fetch(self, channel: BrokerChannel, leader_id: int, link: _Link) -> None:
-        """One fetch of the partitions `link` has in the fetching phase from their leader."""
+    async def _fetch(
+        self,
+        channel: BrokerChannel,
+        leader_id: int,
+        link: _Link,
+        wanted: dict[TopicPartition, Position],
+    ) -> None:
+        """One fetch from their leader of the partitions `link` has in the fetching phase
+        (`wanted`: those not held back by the follower throttle)."""
         session = link.session
-        plan = session.build(link.positions, link.changed)
+        plan = session.build(wanted, link.changed)
         link.changed = set()
         request = encode_follower_fetch(
             self.node_id,
@@ -307,6 +339,9 @@ class ReplicaFetcher:
                 follower.new_leader(follower.leader_id, follower.leader_epoch)
                 return
             self.replicas.replicated(replica.tp.topic, stored.valid_bytes)
+            throttle = self.replicas.follower_throttle
+            if throttle.applies(replica.tp) and self.node_id not in replica.isr:
+                throttle.record(stored.valid_bytes)
         plog.set_high_watermark(follower_high_watermark(p.high_watermark, plog.log_end_offset))
         # The leader's log start (DeleteRecords, retention) is the follower's too, as in
         # Kafka's fetcher; never past our high watermark (the rest comes with later fetches).
@@ -378,7 +413,16 @@ class _Link:
     park, `follow` and `unfollow`), and for all of them once per `SWEEP_MS`.
     """
 
-    __slots__ = ("changed", "dirty", "fetching", "following", "positions", "session", "swept")
+    __slots__ = (
+        "changed",
+        "dirty",
+        "fetching",
+        "following",
+        "held",
+        "positions",
+        "session",
+        "swept",
+    )
 
     def __init__(self, partition_max_bytes: int) -> None:
         self.following: set[TopicPartition] = set()
@@ -391,6 +435,8 @@ class _Link:
         self.changed: set[TopicPartition] = set()
         self.session = FetchSessionHandler(partition_max_bytes)
         self.swept: int | None = None
+        #: Fetching partitions the follower throttle holds back now.
+        self.held: set[TopicPartition] = set()
 
     def refresh(
         self, by_tp: dict[TopicPartition, Partition], leader_id: int, now_ms: int
