@@ -7,7 +7,14 @@ to roll back to, `--verify` says of each partition whether its move is complete,
 takes moves back to their original replicas and `--list` shows the moves in progress. Moves
 go through AlterPartitionReassignments (KIP-455); the brokers copy the data while producers
 and consumers go on, and the controller switches each partition once its new replicas are in
-sync. Throttles (`--throttle`) are not offered: replication is not rate-limited.
+sync.
+
+`--execute --throttle RATE` limits the copy to RATE bytes/s, as Kafka's tool does (KIP-73, in
+`reassign_throttles.py`): it sets the two replication rates on the brokers of the moves and
+the throttled replica lists on their topics before starting them; `--execute --additional
+--throttle RATE` with the moves in progress changes the rate. `--verify`, once no move is left
+in the cluster, and `--cancel` remove those configs again, unless `--preserve-throttles`.
+Moves between a broker's log dirs (and so `--replica-alter-log-dirs-throttle`) are not offered.
 """
 
 from __future__ import annotations
@@ -15,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 from pathlib import Path
 from typing import Any
 
+from oncelog.cli import reassign_throttles as throttles
 from oncelog.cli.console import add_bootstrap, exits_quietly, fail
 from oncelog.client import reassignments
 from oncelog.client.admin import Admin
@@ -31,7 +40,7 @@ Move partitions to other brokers (like kafka-reassign-partitions.sh).
 
 examples:
   oncelog reassign-partitions --generate --topics-to-move-json-file topics.json --broker-list 1,2,3
-  oncelog reassign-partitions --execute --reassignment-json-file plan.json
+  oncelog reassign-partitions --execute --reassignment-json-file plan.json --throttle 50000000
   oncelog reassign-partitions --verify --reassignment-json-file plan.json
   oncelog reassign-partitions --list
 
@@ -40,6 +49,23 @@ topics.json: {"version":1,"topics":[{"topic":"t"}]}
 """
 
 Plan = dict[TopicPartition, list[int]]
+
+CANNOT_EXECUTE = (
+    "Cannot execute because there is an existing partition assignment.  Use --additional to "
+    "override this and create a new partition assignment in addition to the existing one. The "
+    "--additional flag can also be used to change the throttle by resubmitting the current "
+    "reassignment."
+)
+#: The options each action takes besides the files and --bootstrap-server (Kafka's
+#: permittedArgs); anything else is refused as Kafka's tool refuses it.
+_PERMITTED = {
+    "execute": {"additional", "throttle", "timeout"},
+    "verify": {"preserve_throttles"},
+    "cancel": {"preserve_throttles", "timeout"},
+    "generate": set(),
+    "list": set(),
+}
+_LONG = re.compile(r"[+-]?[0-9]+")
 
 
 class _BadInput(ValueError):
@@ -69,7 +95,19 @@ def add_parsers(sub: Any) -> None:
     p.add_argument(
         "--additional",
         action="store_true",
-        help="with --execute: start these moves although others are in progress",
+        help="with --execute: start these moves although others are in progress; with "
+        "--throttle, resubmitting the moves in progress changes their throttle",
+    )
+    p.add_argument(
+        "--throttle",
+        metavar="RATE",
+        help="with --execute: limit the copy between brokers to RATE bytes/s (the replication "
+        "throttles of the brokers and topics involved; --verify removes them once done)",
+    )
+    p.add_argument(
+        "--preserve-throttles",
+        action="store_true",
+        help="with --verify or --cancel: leave the throttles of the brokers and topics alone",
     )
     p.add_argument("--timeout", type=int, default=30_000, metavar="MS", help="request timeout (ms)")
     p.set_defaults(func=run)
@@ -78,6 +116,8 @@ def add_parsers(sub: Any) -> None:
 @exits_quietly
 def run(args: argparse.Namespace) -> int:
     try:
+        _check_options(args)
+        rate = _throttle(args.throttle)
         plan = _read_plan(args) if not (args.list or args.generate) else {}
         topics = _read_topics(args) if args.generate else []
     except _BadInput as exc:
@@ -89,10 +129,10 @@ def run(args: argparse.Namespace) -> int:
             if args.generate:
                 return _generate(admin, topics, args.broker_list)
             if args.verify:
-                return _verify(admin, plan)
+                return _verify(admin, plan, args.preserve_throttles)
             if args.cancel:
-                return _cancel(admin, plan, args.timeout)
-            return _execute(admin, plan, args.additional, args.timeout)
+                return _cancel(admin, plan, args.timeout, args.preserve_throttles)
+            return _execute(admin, plan, args.additional, rate, args.timeout)
     except _BadInput as exc:
         return fail(str(exc), 2)
     except (ClientError, OSError) as exc:
@@ -102,20 +142,25 @@ def run(args: argparse.Namespace) -> int:
 # -- the actions -------------------------------------------------------------------------------
 
 
-def _execute(admin: Admin, plan: Plan, additional: bool, timeout_ms: int) -> int:
+def _execute(admin: Admin, plan: Plan, additional: bool, rate: int | None, timeout_ms: int) -> int:
+    """Kafka's executeAssignment: with a throttle, the throttles are in place before the
+    moves start."""
     current = _assignment(admin, {tp.topic for tp in plan})
     missing = [tp for tp in plan if tp not in current]
     if missing:
         return fail(f"Topic partitions not found: {_names(missing)}")
-    if not additional and reassignments.ongoing(admin):
-        return fail(
-            "Cannot execute because there is an existing partition assignment.  Use "
-            "--additional to override this and create a new partition assignment in addition "
-            "to the existing one."
-        )
+    ongoing = reassignments.ongoing(admin)
+    if not additional and ongoing:
+        return fail(CANNOT_EXECUTE)
+    unknown = sorted({b for replicas in plan.values() for b in replicas} - set(admin.node_ids()))
+    if unknown:
+        return fail(f"Unknown broker id {unknown[0]}")
     print("Current partition replica assignment\n")
     print(_plan_json({tp: current[tp] for tp in sorted(plan)}))
     print("\nSave this to use as the --reassignment-json-file option during rollback")
+    if rate is not None:
+        print(throttles.VERIFY_WARNING)
+        throttles.set_throttles(admin, throttles.move_map(ongoing, plan, current), rate)
     errors = {
         tp: e
         for tp, e in reassignments.alter(admin, dict(plan), timeout_ms).items()
@@ -128,8 +173,11 @@ def _execute(admin: Admin, plan: Plan, additional: bool, timeout_ms: int) -> int
     return 0
 
 
-def _verify(admin: Admin, plan: Plan) -> int:
-    moving = reassignments.ongoing(admin, list(plan))
+def _verify(admin: Admin, plan: Plan, preserve_throttles: bool) -> int:
+    """Kafka's verifyAssignment: once no move is left in the whole cluster, the throttles
+    are removed from every broker and from the file's topics."""
+    everywhere = reassignments.ongoing(admin)
+    moving = {tp: m for tp, m in everywhere.items() if tp in plan}
     current = _assignment(admin, {tp.topic for tp in plan})
     print("Status of partition reassignment:")
     for tp, target in sorted(plan.items()):
@@ -144,21 +192,31 @@ def _verify(admin: Admin, plan: Plan) -> int:
                 f"There is no active reassignment of partition {name}, but replica set is "
                 f"{now} rather than {','.join(map(str, target))}."
             )
+    if not everywhere and not preserve_throttles:
+        throttles.clear_throttles(admin, _existing_topics(plan, current))
     return 0
 
 
-def _cancel(admin: Admin, plan: Plan, timeout_ms: int) -> int:
-    """As Kafka's tool: only the partitions of the file that are moving are cancelled."""
+def _cancel(admin: Admin, plan: Plan, timeout_ms: int, preserve_throttles: bool) -> int:
+    """As Kafka's tool: only the partitions of the file that are moving are cancelled, then
+    the throttles are removed (unless --preserve-throttles). With nothing to cancel, the
+    throttles are removed (and the removal reported) only if some are set."""
     active = sorted(reassignments.ongoing(admin, list(plan)))
-    if not active:
+    if active:
+        outcome = reassignments.alter(admin, dict.fromkeys(active), timeout_ms)
+        errors = {tp: e for tp, e in outcome.items() if e is not None}
+        if errors:
+            lines = "\n".join(f"{tp.topic}-{tp.partition}: {e}" for tp, e in sorted(errors.items()))
+            return fail(f"Error cancelling partition reassignment{_plural(errors)} for:\n{lines}")
+        print(
+            f"Successfully cancelled partition reassignment{_plural(active)} for: {_names(active)}"
+        )
+    else:
         print("None of the specified partition reassignments are active.")
-        return 0
-    outcome = reassignments.alter(admin, dict.fromkeys(active), timeout_ms)
-    errors = {tp: e for tp, e in outcome.items() if e is not None}
-    if errors:
-        lines = "\n".join(f"{tp.topic}-{tp.partition}: {e}" for tp, e in sorted(errors.items()))
-        return fail(f"Error cancelling partition reassignment{_plural(errors)} for:\n{lines}")
-    print(f"Successfully cancelled partition reassignment{_plural(active)} for: {_names(active)}")
+    if not preserve_throttles:
+        topics = _existing_topics(plan, _assignment(admin, {tp.topic for tp in plan}))
+        if active or throttles.throttles_set(admin, topics):
+            throttles.clear_throttles(admin, topics)
     return 0
 
 
@@ -207,6 +265,30 @@ def _generate(admin: Admin, topics: list[str], broker_list: str | None) -> int:
 
 
 # -- files and metadata --------------------------------------------------------------------------
+
+
+def _check_options(args: argparse.Namespace) -> None:
+    """Kafka's permittedArgs: an option its action does not take is refused."""
+    action = next(a for a in _PERMITTED if getattr(args, a))
+    given = {
+        "additional": args.additional,
+        "throttle": args.throttle is not None,
+        "preserve_throttles": args.preserve_throttles,
+    }
+    for option, present in given.items():
+        if present and option not in _PERMITTED[action]:
+            name = option.replace("_", "-")
+            raise _BadInput(f'Option "[{name}]" can\'t be used with action "[{action}]"')
+
+
+def _throttle(text: str | None) -> int | None:
+    """--throttle as Kafka reads it (a long; a negative rate means no throttle)."""
+    if text is None:
+        return None
+    if not _LONG.fullmatch(text.strip()) or not -(2**63) <= int(text) < 2**63:
+        raise _BadInput(f"--throttle must be a rate in bytes/s (an integer), not {text!r}")
+    rate = int(text)
+    return rate if rate >= 0 else None
 
 
 def _read_plan(args: argparse.Namespace) -> Plan:
@@ -288,6 +370,11 @@ def _assignment(admin: Admin, topics: set[str]) -> Plan:
         if t.error_code == 0
         for p in t.partitions
     }
+
+
+def _existing_topics(plan: Plan, current: Plan) -> list[str]:
+    """The file's topics that exist (a deleted one has no configs to clear)."""
+    return sorted({tp.topic for tp in plan} & {tp.topic for tp in current})
 
 
 def _plan_json(plan: Plan) -> str:
