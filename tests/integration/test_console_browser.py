@@ -29,6 +29,7 @@ from playwright.sync_api import BrowserContext, Page, expect, sync_playwright
 from oncelog.client.admin import Admin
 from oncelog.types import TopicPartition
 from tests.broker_process import BrokerProcess
+from tests.integration.test_client_quotas import Admin as Admin4Quotas
 
 pytestmark = pytest.mark.integration
 
@@ -273,6 +274,21 @@ def check_groups(page: Page, base: str) -> None:
     shoot(page, "groups")
 
 
+def check_quotas(page: Page, base: str, broker: BrokerProcess) -> None:
+    """Quotas set with kafka-python's AlterClientQuotas, one row per entity."""
+    admin = Admin4Quotas(broker.bootstrap)
+    try:
+        assert admin.alter([("user", "alice")], {"producer_byte_rate": 1048576.0}) == (0, None)
+        assert admin.alter([("client-id", None)], {"request_percentage": 50.0}) == (0, None)
+    finally:
+        admin.close()
+    open_page(page, base, "quotas", "#quotas")
+    assert cell(page, "quotas", "alice", "Produce") == "1048576 B/s"
+    assert cell(page, "quotas", "alice", "Client id") == ""
+    assert cell(page, "quotas", "<default>", "Request time") == "50 %"
+    shoot(page, "quotas")
+
+
 def check_metrics(page: Page, base: str, traffic: Traffic) -> None:
     """The totals count what was produced, and the rate follows new traffic."""
     open_page(page, base, "metrics", "#chart-messages")
@@ -326,6 +342,7 @@ def test_console_pages_and_abort(
         check_topics(page, base)
         check_producers(page, base, traffic)
         check_groups(page, base)
+        check_quotas(page, base, broker)
         check_metrics(page, base, traffic)
         abort_hanging(page, base, broker, traffic)
     finally:

@@ -293,3 +293,27 @@ def test_parse_basic() -> None:
     assert parse_basic("Basic " + base64.b64encode(b"no-colon").decode()) is None
     assert parse_basic("Basic " + base64.b64encode(b":pw").decode()) is None
     assert parse_basic("Basic " + base64.b64encode(b"\xff:x").decode()) is None
+
+
+def test_quotas_one_row_per_entity_users_first_defaults_last() -> None:
+    rows = views.quotas(
+        [
+            ((("client-id", None),), {"request_percentage": 50.0}),
+            ((("user", "alice"),), {"producer_byte_rate": 1024.0}),
+            ((("client-id", "app"), ("user", None)), {"consumer_byte_rate": 2048.0}),
+            ((("client-id", "app"),), {"producer_byte_rate": 10.0}),
+        ]
+    )
+    assert [(r["user"], r["client_id"]) for r in rows] == [
+        ("alice", None),
+        ("<default>", "app"),
+        (None, "app"),
+        (None, "<default>"),
+    ]
+    assert rows[0] == {
+        "user": "alice",
+        "client_id": None,
+        "producer_byte_rate": 1024.0,
+        "consumer_byte_rate": None,
+        "request_percentage": None,
+    }

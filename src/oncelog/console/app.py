@@ -38,6 +38,7 @@ from oncelog.client.overview import (
     partition_offsets,
     partitions,
 )
+from oncelog.client.quotas import describe_client_quotas
 from oncelog.client.transactions import find_hanging, now_ms
 from oncelog.console import views
 from oncelog.errors import error_name
@@ -99,6 +100,7 @@ def make_app(settings: ConsoleSettings) -> web.Application:
     app.router.add_get("/api/transactions", _transactions)
     app.router.add_post("/api/transactions/abort", _abort)
     app.router.add_get("/api/groups", _groups)
+    app.router.add_get("/api/quotas", _quotas)
     app.router.add_get("/api/metrics", _metrics_json)
     return app
 
@@ -308,6 +310,13 @@ async def _groups(request: web.Request) -> web.Response:
             ends = list_offsets(admin, tps, LATEST_TIMESTAMP, read_committed=True)
             out.append(views.group(listing, description, committed, ends))
         return out
+
+    return web.json_response(await _read(request, read))
+
+
+async def _quotas(request: web.Request) -> web.Response:
+    def read(admin: Admin) -> list[views.Json]:
+        return views.quotas(describe_client_quotas(admin, [], strict=False))
 
     return web.json_response(await _read(request, read))
 

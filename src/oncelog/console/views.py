@@ -15,6 +15,7 @@ from oncelog.client.overview import (
     PartitionInfo,
     PartitionOffsets,
 )
+from oncelog.client.quotas import CLIENT_ID, USER, QuotaEntity
 from oncelog.client.reassignments import OngoingMove
 from oncelog.errors import error_name
 from oncelog.types import TopicPartition
@@ -95,9 +96,7 @@ def producers(found: Iterable[ProducerInfo], now_ms: int) -> list[Json]:
     return [producer(p, now_ms) for p in ordered]
 
 
-def transaction(
-    listing: TransactionListing, state: TransactionState | None, now_ms: int
-) -> Json:
+def transaction(listing: TransactionListing, state: TransactionState | None, now_ms: int) -> Json:
     """One transactional id as ListTransactions and DescribeTransactions see it."""
     started = state.transaction_start_time_ms if state is not None else -1
     topics = state.topics if state is not None else ()
@@ -218,3 +217,42 @@ def summarize(samples: Iterable[Json]) -> Json:
             if code is not None and code not in ("0", "NONE", "none"):
                 errors[code] = errors.get(code, 0.0) + s["value"]
     return totals
+
+
+#: The quota keys the console shows, in Kafka's order.
+QUOTA_KEYS = ("producer_byte_rate", "consumer_byte_rate", "request_percentage")
+
+
+def quotas(found: Iterable[tuple[QuotaEntity, Mapping[str, float]]]) -> list[Json]:
+    """One row per entity: its user and client id (a name, `<default>`, or None when the
+    entity has no such part) and each quota (None when unset), users first, defaults last."""
+    rows = []
+    for entity, values in found:
+        parts = dict(entity)
+        row: Json = {
+            "user": _entity_name(parts, USER),
+            "client_id": _entity_name(parts, CLIENT_ID),
+        }
+        row.update({key: values.get(key) for key in QUOTA_KEYS})
+        rows.append(row)
+
+    def order(row: Json) -> tuple[bool, bool, str, bool, bool, str]:
+        user, client = row["user"], row["client_id"]
+        default_user, default_client = user == "<default>", client == "<default>"
+        return (
+            user is None,
+            default_user,
+            user or "",
+            client is not None,
+            default_client,
+            client or "",
+        )
+
+    return sorted(rows, key=order)
+
+
+def _entity_name(parts: Mapping[str, str | None], entity_type: str) -> str | None:
+    if entity_type not in parts:
+        return None
+    name = parts[entity_type]
+    return "<default>" if name is None else name

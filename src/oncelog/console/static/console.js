@@ -285,6 +285,28 @@ async function abortTransaction(p) {
   }
 }
 
+// -- client quotas ---------------------------------------------------------------------------
+
+PAGES.quotas = async () => {
+  const rows = await api("/api/quotas");
+  const rate = (v) => (v === null || v === undefined ? "" : v + " B/s");
+  render(
+    el("h2", {}, "Client quotas"),
+    el("p", { class: "muted" }, "Set with oncelog configs --entity-type users|clients (AlterClientQuotas); the most specific entity that sets a quota applies."),
+    table(
+      "quotas",
+      [
+        ["User", (q) => q.user ?? ""],
+        ["Client id", (q) => q.client_id ?? ""],
+        ["Produce", (q) => rate(q.producer_byte_rate), "num"],
+        ["Fetch", (q) => rate(q.consumer_byte_rate), "num"],
+        ["Request time", (q) => (q.request_percentage == null ? "" : q.request_percentage + " %"), "num"],
+      ],
+      rows
+    )
+  );
+};
+
 // -- consumer groups -------------------------------------------------------------------------
 
 PAGES.groups = async () => {
