@@ -4,6 +4,7 @@ removal reaches every broker too."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -58,4 +59,28 @@ def test_a_quota_set_on_one_broker_holds_on_every_broker(tmp_path: Path) -> None
         for broker in cluster.brokers.values():
             cluster.wait_for(
                 lambda b=broker: described(b.bootstrap) == {}, 30, "the quota gone everywhere"
+            )
+
+        # Two keys of one entity set at once through two brokers: etcd applies each change
+        # to what it holds, so neither is lost.
+        def set_key(node: int, key: str) -> None:
+            admin = Admin(cluster.brokers[node].bootstrap)
+            try:
+                assert admin.alter([("user", "carol")], {key: 1000.0}) == (0, None)
+            finally:
+                admin.close()
+
+        keys = ["producer_byte_rate", "consumer_byte_rate", "request_percentage"]
+        threads = [
+            threading.Thread(target=set_key, args=(node, key))
+            for node, key in zip((1, 2, 3), keys, strict=True)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        both = {(("user", "carol"),): dict.fromkeys(keys, 1000.0)}
+        for broker in cluster.brokers.values():
+            cluster.wait_for(
+                lambda b=broker: described(b.bootstrap) == both, 30, "all three keys everywhere"
             )

@@ -22,6 +22,7 @@ from oncelog.broker.quotas import (
     entity_to_json,
     image_quotas,
     make_entity,
+    user_name,
     validate_entity,
     validate_value,
 )
@@ -170,8 +171,26 @@ def test_bad_entities_are_refused_as_kafka_refuses_them(
         validate_entity(pairs)
 
 
-def test_an_empty_client_id_is_an_entity() -> None:
-    assert validate_entity([client("")]) == ((CLIENT_ID, ""),)
+def test_an_empty_name_is_refused_as_kafka_refuses_it() -> None:
+    with pytest.raises(InvalidRequest, match="Empty client-id not supported"):
+        validate_entity([client("")])
+    assert validate_entity([client(None)]) == ((CLIENT_ID, None),)
+
+
+def test_a_principals_user_is_its_name() -> None:
+    assert user_name("User:alice") == "alice"
+    assert user_name("User:") == ""
+    assert user_name("ANONYMOUS") == "ANONYMOUS"
+
+
+def test_idle_rates_are_forgotten() -> None:
+    q, clock = quotas()
+    q.set_entity(make_entity([client(None)]), {PRODUCE: 1000.0})
+    for i in range(3):
+        q.record(PRODUCE, "User:x", f"gone-{i}", 10)
+    clock.advance(60_000)  # their windows long past, and a sweep due
+    q.record(PRODUCE, "User:x", "here", 10)
+    assert list(q._rates) == [(PRODUCE, "", "here")]
 
 
 @pytest.mark.parametrize(
@@ -182,6 +201,7 @@ def test_an_empty_client_id_is_an_entity() -> None:
         ("producer_byte_rate", 1.5, "producer_byte_rate cannot be a fractional value."),
         ("producer_byte_rate", 1e19, "Proposed value for producer_byte_rate is too large"),
         ("request_percentage", float("nan"), "must be greater than 0"),
+        ("request_percentage", float("inf"), "must be a finite number"),
         ("bogus", 1.0, "Invalid configuration key bogus"),
         ("controller_mutation_rate", 1.0, "oncelog does not enforce controller_mutation_rate"),
     ],

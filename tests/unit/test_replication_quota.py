@@ -12,6 +12,7 @@ def test_a_list_throttles_the_partitions_named_with_this_broker() -> None:
     assert throttled_partitions("0:1, 1:2,2:1", 1) == frozenset({0, 2})
     assert throttled_partitions("0:1,1:2", 3) == frozenset()
     assert throttled_partitions("*", 3) is None
+    assert throttled_partitions("0:01", 1) == frozenset({0})  # broker ids read as numbers
 
 
 def test_applies_only_with_a_rate_and_a_listed_partition() -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from oncelog.broker.purgatory import Delayed
-from oncelog.broker.quotas import Entity
+from oncelog.broker.quotas import Entity, QuotaOp
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.cluster_state import BrokerRegistration, PartitionState, TopicAssignment
 from oncelog.metadata.placement import assign_replicas
@@ -125,9 +125,9 @@ class ClusterOps(Protocol):
         id) to `change(current)` in etcd."""
         ...
 
-    def write_client_quotas(self, changes: Mapping[Entity, Mapping[str, float]]) -> PendingOp:
-        """Put each entity's quotas in etcd (delete an entity left without any); when done,
-        this broker enforces them (every other broker's watch follows)."""
+    def write_client_quotas(self, changes: Mapping[Entity, Sequence[QuotaOp]]) -> PendingOp:
+        """Apply each entity's ops to its quotas in etcd (delete an entity left without any);
+        when done, this broker enforces them (every other broker's watch follows)."""
         ...
 
     def write_scram(self, changes: Sequence[Change]) -> PendingOp:

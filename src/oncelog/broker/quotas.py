@@ -40,11 +40,16 @@ USER_CLIENT_KEYS = {PRODUCE: True, FETCH: True, REQUEST: False, "controller_muta
 #: The keys oncelog enforces; the others are refused rather than stored and ignored.
 ENFORCED = (PRODUCE, FETCH, REQUEST)
 
+#: How often idle rates are looked for and dropped (ms).
+SWEEP_MS = 60_000
 #: The longest throttle time an answer can carry (int32 milliseconds).
 _MAX_THROTTLE_MS = 2**31 - 1
 
 #: An entity: its (type, name) pairs sorted by type, a name of None being the default.
 Entity = tuple[tuple[str, str | None], ...]
+
+#: One AlterClientQuotas op: a key and its new value, None to remove it.
+QuotaOp = tuple[str, float | None]
 
 #: Describe filters' match types.
 MATCH_EXACT, MATCH_DEFAULT, MATCH_SPECIFIED = 0, 1, 2
@@ -62,6 +67,12 @@ _LEVELS: tuple[tuple[str | None, str | None, bool, bool], ...] = (
     (None, "name", False, True),
     (None, "default", False, True),
 )
+
+
+def user_name(principal: str) -> str:
+    """The user entity's name of a principal: `User:alice` -> `alice`."""
+    kind, sep, name = principal.partition(":")
+    return name if sep else kind
 
 
 def make_entity(pairs: Iterable[tuple[str, str | None]]) -> Entity:
@@ -104,7 +115,7 @@ def validate_entity(pairs: Iterable[tuple[str, str | None]]) -> Entity:
             )
         if entity_type not in (USER, CLIENT_ID, IP):
             raise InvalidRequest(f"Unhandled client quota entity type: {entity_type}")
-        if name == "" and entity_type != CLIENT_ID:
+        if name == "":
             raise InvalidRequest(f"Empty {entity_type} not supported")
         seen[entity_type] = name
     if not seen:
@@ -132,6 +143,8 @@ def validate_value(key: str, value: float) -> None:
         raise InvalidRequest(f"oncelog does not enforce {key}; it is not stored")
     if not value > 0.0:  # NaN too
         raise InvalidRequest(f"Quota {key} must be greater than 0")
+    if math.isinf(value):  # Kafka takes it; JSON (the console, the image) cannot hold it
+        raise InvalidRequest(f"Quota {key} must be a finite number")
     if integral:
         if value > 2**63 - 1:
             raise InvalidRequest(f"Proposed value for {key} is too large for a LONG.")
@@ -245,6 +258,7 @@ class ClientQuotas:
         default_factory=dict
     )
     _rates: dict[tuple[str, str, str], Rate] = field(default_factory=dict)
+    _swept_ms: int = 0
 
     # -- the quotas set -------------------------------------------------------------------
 
@@ -314,16 +328,16 @@ class ClientQuotas:
     def record(self, key: str, principal: str, client_id: str | None, value: float) -> int:
         """Count `value` against the quota on `key` of this client; the throttle time in ms
         (0: within its quota, or none applies)."""
-        user = principal.partition(":")[2] or principal
-        found = self.quota_for(key, user, client_id or "")
+        found = self.quota_for(key, user_name(principal), client_id or "")
         if found is None:
             return 0
         quota, tags = found
         now = self.clock.monotonic_ms()
+        if now - self._swept_ms >= SWEEP_MS:
+            self._swept_ms = now
+            self._forget_idle(now)
         rate = self._rates.get(tags)
         if rate is None:
-            if len(self._rates) > 10_000:
-                self._forget_idle(now)
             rate = self._rates[tags] = Rate(self.window_num, self.window_size_ms, now)
         rate.record(value, now)
         measured, window_ms = rate.measure(now)
@@ -340,15 +354,15 @@ class ClientQuotas:
         `consumer_byte_rate` allows over all samples but one (Kafka's
         getMaxValueInQuotaWindow), so that one answer never costs a throttle longer than
         about one window. Unlimited without such a quota."""
-        user = ctx.principal.partition(":")[2] or ctx.principal
-        found = self.quota_for(FETCH, user, ctx.client_id or "")
+        found = self.quota_for(FETCH, user_name(ctx.principal), ctx.client_id or "")
         if found is None:
             return 2**31 - 1
         allowed = found[0] * (self.window_num - 1) * self.window_size_ms / 1000
         return max(1, min(int(allowed), 2**31 - 1))
 
     def _forget_idle(self, now_ms: int) -> None:
-        """Drop the rates with nothing left in their window (clients long gone)."""
+        """Drop the rates with nothing left in their window: clients gone, or entities
+        removed (Kafka expires idle quota sensors likewise)."""
         for tags, rate in list(self._rates.items()):
             if rate.measure(now_ms)[0] == 0.0:
                 del self._rates[tags]

@@ -221,15 +221,16 @@ class ReplicaManager:
         self.leader_throttle.set_limit(config.get_int("leader.replication.throttled.rate"))
         self.follower_throttle.set_limit(config.get_int("follower.replication.throttled.rate"))
         node = self.config.node_id
-        for name, image in self.metadata.topics.items():
-            if topic is None or name == topic:
-                leader = image.configs.get(LEADER_REPLICAS, "")
-                self.leader_throttle.set_topic(name, leader, node)
-                follower = image.configs.get(FOLLOWER_REPLICAS, "")
-                self.follower_throttle.set_topic(name, follower, node)
+        topics = self.metadata.topics
+        names = list(topics) if topic is None else [topic]
+        for name in names:
+            image = topics.get(name)
+            configs = image.configs if image is not None else {}
+            self.leader_throttle.set_topic(name, configs.get(LEADER_REPLICAS, ""), node)
+            self.follower_throttle.set_topic(name, configs.get(FOLLOWER_REPLICAS, ""), node)
         if topic is None:
-            self.leader_throttle.forget_others(self.metadata.topics)
-            self.follower_throttle.forget_others(self.metadata.topics)
+            self.leader_throttle.forget_others(topics)
+            self.follower_throttle.forget_others(topics)
 
     # -- topics ------------------------------------------------------------------------------
 
@@ -573,6 +574,7 @@ class ReplicaManager:
         """etcd deleted the topic: drop its replicas and logs here."""
         topic = self.metadata.remove_topic(name)
         self._log_configs.pop(name, None)
+        self._apply_throttles(name)  # no longer throttled
         if topic is None:
             return
         for p in range(topic.partitions):
@@ -641,20 +643,26 @@ class ReplicaManager:
             raise NotLeaderOrFollower(f"broker {replica_id} is not a replica of {tp}")
         plog = replica.log
         end = plog.log_end_offset
-        # A move's copy to a follower out of the ISR, over the leader's throttle: the
-        # answer has the offsets but no records until the rate has fallen back.
-        throttled = replica_id not in leader.isr and self.leader_throttle.applies(tp)
-        if throttled and self.leader_throttle.exceeded():
-            max_bytes = 0
-        if (fetch_offset == end or max_bytes == 0) and end >= plog.log_start_offset:
-            # Caught up (a long poll parking, or its position after an append): nothing to
-            # read, the answer is the offsets `read` would give.
+        # A throttled partition's replication counts against the leader's rate; over it, a
+        # follower out of the ISR (a move's copy) is answered the offsets without records
+        # until the rate has fallen back (Kafka's shouldLeaderThrottle).
+        throttle = self.leader_throttle
+        throttled = throttle.applies(tp)
+        held = (
+            throttled
+            and replica_id not in leader.isr
+            and plog.log_start_offset <= fetch_offset <= end
+            and throttle.exceeded()
+        )
+        if (fetch_offset == end or held) and end >= plog.log_start_offset:
+            # Caught up (a long poll parking, or its position after an append), or held back:
+            # nothing to read, the answer is the offsets `read` would give.
             hw, start, lso = plog.high_watermark, plog.log_start_offset, plog.last_stable_offset
             result = _new_tuple(ReadResult, (b"", hw, start, end, lso, None))
         else:
             result = plog.read(fetch_offset, max_bytes, end, for_follower=True, regions=True)
             if throttled:
-                self.leader_throttle.record(len(result.records))
+                throttle.record(len(result.records))
         if now_ms is None:
             now_ms = self.clock.monotonic_ms()
         leader.on_follower_fetch(replica_id, fetch_offset, end, now_ms)

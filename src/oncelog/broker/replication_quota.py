@@ -8,11 +8,12 @@ replicas are throttled is per topic: `leader.replication.throttled.replicas` and
 `follower.replication.throttled.replicas` list `partition:broker` pairs (or `*` for all), and
 this broker throttles the partitions listed with its own id.
 
-Only replicas out of the ISR are throttled, as in Kafka: an in-sync follower is never held
-back, so `acks=all` producers do not wait on a move. Over the rate, the leader answers such a
-follower's fetch without records and the follower leaves such partitions out of its fetches,
-until the rate has fallen back (Kafka's sampled rate, `replication.quota.window.num` samples
-of `replication.quota.window.size.seconds`).
+All replication of the listed partitions counts against the rate, as in Kafka, but only
+replicas out of sync are held back: an in-sync follower never is, so `acks=all` producers do
+not wait on a move. Over the rate, the leader answers such a follower's fetch without records
+and the follower leaves such partitions out of its fetches, until the rate has fallen back
+(Kafka's sampled rate, `replication.quota.window.num` samples of
+`replication.quota.window.size.seconds`).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def throttled_partitions(value: str, node_id: int) -> frozenset[int] | None:
     out = set()
     for item in text.split(","):
         partition, sep, broker = item.strip().partition(":")
-        if sep and broker.strip() == str(node_id):
+        if sep and broker.strip().isdigit() and int(broker) == node_id:
             out.add(int(partition))
     return frozenset(out)
 

@@ -8,25 +8,43 @@ every broker; as in Kafka, each broker counts the rates of the requests it serve
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import itertools
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from typing import Any
 
 from oncelog.broker.cluster_view import PendingOp
-from oncelog.broker.quotas import ClientQuotas, Entity, entity_from_json, entity_key, entity_to_json
+from oncelog.broker.quotas import (
+    ClientQuotas,
+    Entity,
+    QuotaOp,
+    entity_from_json,
+    entity_key,
+    entity_text,
+    entity_to_json,
+)
 from oncelog.errors import UnknownServerError
 from oncelog.metadata import cluster_state as cs
-from oncelog.server.cluster_scram import put_latest
-from oncelog.server.etcd import EtcdError, EtcdStore
+from oncelog.server.etcd import EtcdStore
+
+#: How often a lost compare-and-swap is tried again on the value that won.
+ATTEMPTS = 5
+_ids = itertools.count()
 
 
 class ClusterQuotaOps:
     """The client quota half of a clustered broker (mixed into `ClusterRuntime`)."""
 
     store: EtcdStore | None
-    wake: Callable[[Sequence[Hashable]], None]
     _quota_entities: dict[str, tuple[Entity, dict[str, float]]]
     #: The broker context's quotas, once attached (the watch may run before).
     _client_quotas: ClientQuotas | None = None
+
+    # ClusterAdminOps's, which comes first in ClusterRuntime's bases.
+    def _spawn(self, op: PendingOp, work: Callable[[], Coroutine[Any, Any, None]]) -> PendingOp:
+        raise NotImplementedError
+
+    async def _seen(self, key: bytes, revision: int, present: bool = True) -> bool:
+        raise NotImplementedError
 
     def attach_client_quotas(self, quotas: ClientQuotas) -> None:
         """Keep `quotas` (the broker context's) up to date with etcd from now on."""
@@ -38,31 +56,44 @@ class ClusterQuotaOps:
             self._quota_entities = {}
         return self._quota_entities
 
-    def write_client_quotas(self, changes: Mapping[Entity, Mapping[str, float]]) -> PendingOp:
-        """Put (or delete, when left empty) each entity's quotas; when done, this broker
-        enforces them (every other broker's watch follows)."""
-        op = PendingOp(key=("client-quotas", id(changes)))
+    def write_client_quotas(self, changes: Mapping[Entity, Sequence[QuotaOp]]) -> PendingOp:
+        """Apply each entity's ops (set a value, or remove with None) to what etcd holds now,
+        by compare-and-swap, so concurrent changes of other keys are kept (Kafka's controller
+        applies each op to its current state); an entity left empty is deleted. Done once
+        this broker's watch has the writes: from then on it enforces them."""
+        op = PendingOp(key=("client-quotas", next(_ids)))
 
-        async def run() -> None:
-            assert self.store is not None
-            try:
-                for entity, values in changes.items():
-                    key = cs.key_for_client_quota(entity_key(entity)).encode()
-                    if values:
-                        value = {"entity": entity_to_json(entity), "quotas": dict(values)}
-                        await put_latest(self.store, key, cs.dump_object(value))
-                    else:
-                        await self.store.delete(key)
-            except EtcdError as exc:
-                op.finish(UnknownServerError(f"etcd did not take the quotas: {exc}"))
-            else:
-                for entity, values in changes.items():
-                    self._set_quota(cs.key_for_client_quota(entity_key(entity)), entity, values)
-                op.finish(None)
-            self.wake([op.key])
+        async def work() -> None:
+            for entity, ops in changes.items():
+                await self._write_quota(entity, ops)
 
-        asyncio.get_running_loop().create_task(run())
-        return op
+        return self._spawn(op, work)
+
+    async def _write_quota(self, entity: Entity, ops: Sequence[QuotaOp]) -> None:
+        assert self.store is not None
+        key = cs.key_for_client_quota(entity_key(entity)).encode()
+        for _ in range(ATTEMPTS):
+            known = await self.store.get(key)
+            values = _stored_values(key.decode(), known.value) if known is not None else {}
+            for name, value in ops:
+                if value is None:
+                    values.pop(name, None)
+                else:
+                    values[name] = value
+            revision = known.mod_revision if known is not None else 0
+            if not values:
+                if known is None:
+                    return
+                if await self.store.delete(key, expected_mod_revision=revision):
+                    await self._seen(key, 0, present=False)
+                    return
+                continue
+            stored = {"entity": entity_to_json(entity), "quotas": values}
+            done = await self.store.compare_and_swap(key, revision, cs.dump_object(stored))
+            if done is not None:
+                await self._seen(key, done.mod_revision)
+                return
+        raise UnknownServerError(f"the quotas of {entity_text(entity)} kept changing")
 
     def _client_quota_event(self, key: str, value: bytes | None) -> None:
         """A put (value) or delete (None) of `client_quotas/...` seen by the watch."""
@@ -75,13 +106,9 @@ class ClusterQuotaOps:
         obj = cs.load_object(value, f"client quota {key}")
         try:
             entity = entity_from_json(obj.get("entity"))
-            quotas = obj.get("quotas")
-            if not isinstance(quotas, dict):
-                raise ValueError("no quotas")
-            values = {str(k): float(v) for k, v in quotas.items()}
-        except (ValueError, TypeError) as exc:
+        except ValueError as exc:
             raise cs.ClusterStateError(f"client quota {key}: {exc}") from None
-        self._set_quota(full_key, entity, values)
+        self._set_quota(full_key, entity, _stored_values(key, value))
 
     def _set_quota(self, key: str, entity: Entity, values: Mapping[str, float]) -> None:
         known = self._known_quotas()
@@ -91,3 +118,14 @@ class ClusterQuotaOps:
             known.pop(key, None)
         if self._client_quotas is not None:
             self._client_quotas.set_entity(entity, values)
+
+
+def _stored_values(key: str, value: bytes) -> dict[str, float]:
+    """The quotas of a stored `client_quotas/...` value."""
+    quotas = cs.load_object(value, f"client quota {key}").get("quotas")
+    try:
+        if not isinstance(quotas, dict):
+            raise ValueError("no quotas")
+        return {str(k): float(v) for k, v in quotas.items()}
+    except (ValueError, TypeError) as exc:
+        raise cs.ClusterStateError(f"client quota {key}: {exc}") from None

@@ -45,7 +45,7 @@ class ClusterScramOps:
                             "mechanism": change.mechanism,
                             **change.credential.to_json(),
                         }
-                        await put_latest(self.store, key, cs.dump_object(value))
+                        await _put(self.store, key, cs.dump_object(value))
             except EtcdError as exc:
                 op.finish(UnknownServerError(f"etcd did not take the credentials: {exc}"))
             else:
@@ -87,7 +87,7 @@ def _apply(
         credentials.put(user, mechanism, credential)
 
 
-async def put_latest(store: EtcdStore, key: bytes, value: bytes) -> None:
+async def _put(store: EtcdStore, key: bytes, value: bytes) -> None:
     """Put whatever the key holds now (etcd's plain put, as compare-and-swap on the revision
     just read; a concurrent writer makes it read again)."""
     for _ in range(5):

@@ -178,7 +178,9 @@ class ReplicaFetcher:
     def _unthrottled(self, link: _Link) -> dict[TopicPartition, Position]:
         """The positions to fetch now: all of them, but while this broker's follower throttle
         is over its rate, not those it throttles that are out of the ISR (Kafka's fetcher
-        leaves them out of its requests, and the session forgets them meanwhile)."""
+        leaves them out of its requests, and the session forgets them meanwhile). In sync is
+        Kafka's test: in the ISR, or caught up with the leader's high watermark at the last
+        answer (so a copy that has caught up can still tell the leader, and join the ISR)."""
         throttle = self.replicas.follower_throttle
         held: set[TopicPartition] = set()
         if throttle.limit < UNLIMITED and throttle.topics and throttle.exceeded():
@@ -186,7 +188,7 @@ class ReplicaFetcher:
             held = {
                 tp
                 for tp, replica in link.fetching.items()
-                if throttle.applies(tp) and node not in replica.isr
+                if throttle.applies(tp) and node not in replica.isr and tp not in link.caught_up
             }
         if held != link.held:
             link.changed |= held ^ link.held
@@ -316,6 +318,10 @@ class ReplicaFetcher:
                 if replica.log.log_end_offset != offset:
                     continue  # truncated meanwhile
                 self._fetched(replica, p)
+                if replica.log.log_end_offset >= p.high_watermark:
+                    link.caught_up.add(tp)
+                else:
+                    link.caught_up.discard(tp)
 
     def _fetched(self, replica: Partition, p: Any) -> None:
         code = p.error_code
@@ -340,7 +346,7 @@ class ReplicaFetcher:
                 return
             self.replicas.replicated(replica.tp.topic, stored.valid_bytes)
             throttle = self.replicas.follower_throttle
-            if throttle.applies(replica.tp) and self.node_id not in replica.isr:
+            if throttle.applies(replica.tp):  # in sync or not, as Kafka counts it
                 throttle.record(stored.valid_bytes)
         plog.set_high_watermark(follower_high_watermark(p.high_watermark, plog.log_end_offset))
         # The leader's log start (DeleteRecords, retention) is the follower's too, as in
@@ -414,6 +420,7 @@ class _Link:
     """
 
     __slots__ = (
+        "caught_up",
         "changed",
         "dirty",
         "fetching",
@@ -435,8 +442,10 @@ class _Link:
         self.changed: set[TopicPartition] = set()
         self.session = FetchSessionHandler(partition_max_bytes)
         self.swept: int | None = None
-        #: Fetching partitions the follower throttle holds back now.
+        #: Fetching partitions the follower throttle holds back now, and those whose end
+        #: reached the leader's high watermark at the last answer.
         self.held: set[TopicPartition] = set()
+        self.caught_up: set[TopicPartition] = set()
 
     def refresh(
         self, by_tp: dict[TopicPartition, Partition], leader_id: int, now_ms: int
@@ -479,6 +488,8 @@ class _Link:
             if fetching.pop(tp, None) is not None:
                 del positions[tp]
                 self.changed.add(tp)
+                self.caught_up.discard(tp)
+                self.held.discard(tp)
             if phase is _TRUNCATING:
                 assert replica is not None
                 truncating.append(replica)

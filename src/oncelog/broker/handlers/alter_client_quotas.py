@@ -19,6 +19,7 @@ from oncelog.broker.context import BrokerContext, RequestContext
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.quotas import (
     Entity,
+    QuotaOp,
     entity_text,
     entity_to_json,
     validate_entity,
@@ -35,7 +36,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     broker = ctx.broker
     allowed = authz.authorize_cluster(ctx, AclOperation.ALTER_CONFIGS)
     results: list[dict[str, Any]] = []
-    changes: dict[Entity, dict[str, float]] = {}
+    #: Per entity: its quotas after the ops (as this broker knows them), and the ops.
+    changes: dict[Entity, tuple[dict[str, float], list[QuotaOp]]] = {}
     seen: set[Entity] = set()
     for entry in request.entries:
         echo = [{"entity_type": e.entity_type, "entity_name": e.entity_name} for e in entry.entity]
@@ -56,22 +58,23 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
             if entity in seen:
                 raise InvalidRequest(f"Ignoring duplicate entity {entity_text(entity)}")
             seen.add(entity)
-            changes[entity] = _new_values(broker, entity, entry.ops)
+            changes[entity] = _apply_ops(broker, entity, entry.ops)
         except KafkaError as exc:
             result.update(error_code=exc.code, error_message=str(exc))
     response = {"throttle_time": 0, "entries": results}
-    changes = {e: v for e, v in changes.items() if v != broker.quotas.entities.get(e, {})}
     if request.validate_only or not changes:
         return response
-    ops = broker.cluster_ops
-    if ops is None:
-        for entity, values in changes.items():
+    cluster = broker.cluster_ops
+    if cluster is None:
+        for entity, (values, _) in changes.items():
             broker.quotas.set_entity(entity, values)
         broker.replicas.metadata.set_client_quotas(
             [{"entity": entity_to_json(e), "quotas": v} for e, v in broker.quotas.entities.items()]
         )
         return response
-    op = ops.write_client_quotas(changes)
+    # etcd applies the ops to what it holds then, not this broker's view of it: a concurrent
+    # change of another key through another broker is kept.
+    op = cluster.write_client_quotas({entity: ops for entity, (_, ops) in changes.items()})
 
     def fail(code: ErrorCode, message: str) -> None:
         for result in results:
@@ -81,20 +84,24 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     return answer_when_written(op, broker.clock.monotonic_ms() + WRITE_TIMEOUT_MS, response, fail)
 
 
-def _new_values(broker: BrokerContext, entity: Entity, ops: Any) -> dict[str, float]:
-    """The entity's quotas after `ops` (InvalidRequest for a bad or repeated key)."""
+def _apply_ops(
+    broker: BrokerContext, entity: Entity, ops: Any
+) -> tuple[dict[str, float], list[QuotaOp]]:
+    """The entity's quotas after `ops` as this broker knows them, and the ops checked
+    (InvalidRequest for a bad or repeated key)."""
     values = dict(broker.quotas.entities.get(entity, {}))
-    keys: set[str] = set()
+    checked: list[QuotaOp] = []
     for op in ops:
-        if op.key in keys:
+        if any(op.key == key for key, _ in checked):
             raise InvalidRequest(
                 f"Duplicate quota key {op.key} not updating quota for this entity "
                 f"{entity_text(entity)}"
             )
-        keys.add(op.key)
         if op.remove:
             values.pop(op.key, None)
+            checked.append((op.key, None))
         else:
             validate_value(op.key, float(op.value))
             values[op.key] = float(op.value)
-    return values
+            checked.append((op.key, float(op.value)))
+    return values, checked

@@ -80,9 +80,15 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     denied = _unauthorized(ctx, follower, [name for name, _ in topics])
     fetch = _Fetch(ctx, request, topics, denied, session, incremental)
 
+    # A consumer's min_bytes beyond what it may be sent (fetch.max.bytes, its quota's
+    # allowance) would only make it wait out max_wait: Kafka caps it so.
+    min_bytes = request.min_bytes
+    if request.replica_id < 0:
+        min_bytes = min(min_bytes, fetch.budget)
+
     def attempt(force: bool) -> dict[str, Any] | None:
         response, size, errors = fetch.collect()
-        if force or errors or size >= request.min_bytes or max_wait <= 0 or not tps:
+        if force or errors or size >= min_bytes or max_wait <= 0 or not tps:
             fetch.sent()
             return response
         return None
