@@ -87,13 +87,14 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     children = sorted(descendants(os.getpid(), living_only=True))
     if not stuck and not children:
         return
+    left = [f"{pid} ({_command(pid)})" for pid in children]
     for pid in children:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     sys.stdout.flush()
     err = sys.stderr
     if children:
-        err.write(f"\nkilled {len(children)} process(es) the tests left running: {children}\n")
+        err.write(f"\nkilled {len(children)} process(es) the tests left running: {left}\n")
     if stuck:
         names = ", ".join(t.name for t in stuck)
         err.write(f"\n{len(stuck)} thread(s) a test left running: {names}; their stacks:\n")
@@ -102,6 +103,16 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         err.flush()
         status = getattr(config, "_oncelog_exitstatus", 1)
         os._exit(int(status))
+
+
+def _command(pid: int) -> str:
+    """A process's command line, shortened (for the report of what was left running)."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    return " ".join(w.decode(errors="replace") for w in words if w)[:200]
 
 
 @pytest.hookimpl(trylast=True)

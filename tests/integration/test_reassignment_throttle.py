@@ -10,8 +10,6 @@ Durations are bounded from below only: at 10 kB/s a 2 MB copy cannot be over at 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,10 +18,10 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource, ConfigSource, ResourceType
 
 from tests.cluster_process import Cluster
+from tests.integration.test_reassignment import tool
 
 pytestmark = pytest.mark.integration
 
-ONCELOG = [sys.executable, "-m", "oncelog"]
 RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 REPLICAS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 WARNING = (
@@ -42,18 +40,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         overrides={"auto.leader.rebalance.enable": "false"},
     ) as c:
         yield c
-
-
-def tool(cluster: Cluster, *args: str) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(
-        [*ONCELOG, "reassign-partitions", "--bootstrap-server", cluster.bootstrap, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result
 
 
 def dynamic(cluster: Cluster, rtype: ResourceType, name: str) -> dict[str, str]:

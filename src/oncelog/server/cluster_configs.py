@@ -76,30 +76,39 @@ class ClusterConfigOps:
         op = PendingOp(key=("alter-broker-configs", entity, next(_ids)))
         key = cs.key_for_broker_configs(entity).encode()
 
+        def rewrite(value: bytes | None) -> bytes | None:
+            new = change(cs.broker_configs_from_bytes(value) if value is not None else {})
+            return cs.broker_configs_to_bytes(new) if new else None
+
         async def work() -> None:
-            assert self.store is not None
-            for _ in range(ATTEMPTS):
-                known = await self.store.get(key)
-                old = cs.broker_configs_from_bytes(known.value) if known is not None else {}
-                new = change(old)
-                revision = known.mod_revision if known is not None else 0
-                if not new:
-                    if known is None:
-                        return
-                    if await self.store.delete(key, expected_mod_revision=revision):
-                        await self._seen(key, 0, present=False)
-                        return
-                    continue
-                done = await self.store.compare_and_swap(
-                    key, revision, cs.broker_configs_to_bytes(new)
-                )
-                if done is not None:
-                    log.info("dynamic broker configs %r: %s (etcd)", entity or "<default>", new)
-                    await self._seen(key, done.mod_revision)
-                    return
-            raise UnknownServerError("broker configs kept changing; not altered")
+            await self._rewrite(key, rewrite, "broker configs")
+            log.info("dynamic broker configs %r altered (etcd)", entity or "<default>")
 
         return self._spawn(op, work)
+
+    async def _rewrite(
+        self, key: bytes, rewrite: Callable[[bytes | None], bytes | None], what: str
+    ) -> None:
+        """Set `key` to `rewrite(its value now)` by compare-and-swap (None: delete it, or
+        leave it absent), recomputed from the value that won when another write got there
+        first; done once this broker's watch has the result."""
+        assert self.store is not None
+        for _ in range(ATTEMPTS):
+            known = await self.store.get(key)
+            new = rewrite(known.value if known is not None else None)
+            revision = known.mod_revision if known is not None else 0
+            if new is None:
+                if known is None:
+                    return
+                if await self.store.delete(key, expected_mod_revision=revision):
+                    await self._seen(key, 0, present=False)
+                    return
+                continue
+            done = await self.store.compare_and_swap(key, revision, new)
+            if done is not None:
+                await self._seen(key, done.mod_revision)
+                return
+        raise UnknownServerError(f"{what} kept changing; not altered")
 
     def _broker_configs_event(self, entity: str, value: bytes | None) -> None:
         """The watch saw `broker_configs/<entity>` change: apply it if it concerns us."""

@@ -22,12 +22,9 @@ from oncelog.broker.quotas import (
     entity_text,
     entity_to_json,
 )
-from oncelog.errors import UnknownServerError
 from oncelog.metadata import cluster_state as cs
 from oncelog.server.etcd import EtcdStore
 
-#: How often a lost compare-and-swap is tried again on the value that won.
-ATTEMPTS = 5
 _ids = itertools.count()
 
 
@@ -43,7 +40,10 @@ class ClusterQuotaOps:
     def _spawn(self, op: PendingOp, work: Callable[[], Coroutine[Any, Any, None]]) -> PendingOp:
         raise NotImplementedError
 
-    async def _seen(self, key: bytes, revision: int, present: bool = True) -> bool:
+    # ClusterConfigOps's.
+    async def _rewrite(
+        self, key: bytes, rewrite: Callable[[bytes | None], bytes | None], what: str
+    ) -> None:
         raise NotImplementedError
 
     def attach_client_quotas(self, quotas: ClientQuotas) -> None:
@@ -70,30 +70,20 @@ class ClusterQuotaOps:
         return self._spawn(op, work)
 
     async def _write_quota(self, entity: Entity, ops: Sequence[QuotaOp]) -> None:
-        assert self.store is not None
         key = cs.key_for_client_quota(entity_key(entity)).encode()
-        for _ in range(ATTEMPTS):
-            known = await self.store.get(key)
-            values = _stored_values(key.decode(), known.value) if known is not None else {}
-            for name, value in ops:
-                if value is None:
+
+        def rewrite(value: bytes | None) -> bytes | None:
+            values = _stored_values(key.decode(), value) if value is not None else {}
+            for name, new in ops:
+                if new is None:
                     values.pop(name, None)
                 else:
-                    values[name] = value
-            revision = known.mod_revision if known is not None else 0
+                    values[name] = new
             if not values:
-                if known is None:
-                    return
-                if await self.store.delete(key, expected_mod_revision=revision):
-                    await self._seen(key, 0, present=False)
-                    return
-                continue
-            stored = {"entity": entity_to_json(entity), "quotas": values}
-            done = await self.store.compare_and_swap(key, revision, cs.dump_object(stored))
-            if done is not None:
-                await self._seen(key, done.mod_revision)
-                return
-        raise UnknownServerError(f"the quotas of {entity_text(entity)} kept changing")
+                return None
+            return cs.dump_object({"entity": entity_to_json(entity), "quotas": values})
+
+        await self._rewrite(key, rewrite, f"the quotas of {entity_text(entity)}")
 
     def _client_quota_event(self, key: str, value: bytes | None) -> None:
         """A put (value) or delete (None) of `client_quotas/...` seen by the watch."""
