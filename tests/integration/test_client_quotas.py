@@ -9,7 +9,7 @@ while a loaded machine only makes it slower."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -44,7 +44,7 @@ class Admin:
 
     def alter(
         self,
-        entity: list[tuple[str, str | None]],
+        entity: Iterable[tuple[str, str | None]],
         ops: dict[str, float | None],
         validate_only: bool = False,
     ) -> tuple[int, str | None]:
@@ -70,11 +70,15 @@ class Admin:
             )
         )
 
-    def quotas(self) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
-        answer = self.describe([])
+    def quotas(
+        self, components: list[tuple[str, int, str | None]] | None = None, strict: bool = False
+    ) -> dict[tuple[tuple[str, str | None], ...], dict[str, float]]:
+        """The entities a filter matches (all without one), each as its sorted (type, name)
+        pairs, with their quotas."""
+        answer = self.describe(components or [], strict)
         assert answer.error_code == 0, answer.error_message
         return {
-            tuple((e.entity_type, e.entity_name) for e in entry.entity): {
+            tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {
                 v.key: v.value for v in entry.values
             }
             for entry in answer.entries

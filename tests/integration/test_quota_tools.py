@@ -15,11 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka.admin import KafkaAdminClient
-from kafka.protocol.admin import AlterClientQuotasRequest as Alter
-from kafka.protocol.admin import DescribeClientQuotasRequest as Describe
 
 from tests.integration.secure_broker import SecureBroker, plain_jaas
+from tests.integration.test_client_quotas import Admin
 
 pytestmark = pytest.mark.integration
 
@@ -44,53 +42,11 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureBroker]:
     proc.kill()
 
 
-class ThirdParty:
-    """kafka-python's admin client sending the raw quota requests."""
-
-    def __init__(self, bootstrap: str) -> None:
-        self.client = KafkaAdminClient(bootstrap_servers=bootstrap, client_id="quota-tools-test")
-        self.manager = self.client._manager
-
-    def send(self, request: Any) -> Any:
-        return self.manager.run(self.manager.send, request)
-
-    def quotas(
-        self, components: list[tuple[str, int, str | None]], strict: bool = True
-    ) -> dict[Entity, dict[str, float]]:
-        answer = self.send(
-            Describe(
-                components=[
-                    Describe.ComponentData(entity_type=t, match_type=m, match=n)
-                    for t, m, n in components
-                ],
-                strict=strict,
-            )
-        )
-        assert answer.error_code == 0, answer.error_message
-        return {
-            tuple(sorted((e.entity_type, e.entity_name) for e in entry.entity)): {
-                v.key: v.value for v in entry.values
-            }
-            for entry in answer.entries
-        }
-
-    def alter(self, entity: Entity, ops: dict[str, float | None]) -> tuple[int, str | None]:
-        entry = Alter.EntryData(
-            entity=[Alter.EntryData.EntityData(entity_type=t, entity_name=n) for t, n in entity],
-            ops=[
-                Alter.EntryData.OpData(key=k, value=v or 0.0, remove=v is None)
-                for k, v in ops.items()
-            ],
-        )
-        (result,) = self.send(Alter(entries=[entry], validate_only=False)).entries
-        return result.error_code, result.error_message
-
-
 @pytest.fixture(scope="module")
-def kafka_python(broker: SecureBroker) -> Iterator[ThirdParty]:
-    client = ThirdParty(broker.bootstrap_of("PLAINTEXT"))
+def kafka_python(broker: SecureBroker) -> Iterator[Admin]:
+    client = Admin(broker.bootstrap_of("PLAINTEXT"), client_id="quota-tools-test")
     yield client
-    client.client.close()
+    client.close()
 
 
 def configs(broker: SecureBroker, *args: str, listener: str = "PLAINTEXT") -> Any:
@@ -120,12 +76,12 @@ def refused(broker: SecureBroker, status: int, *args: str) -> str:
     return str(line)
 
 
-def test_add_then_describe_a_user(broker: SecureBroker, kafka_python: ThirdParty) -> None:
+def test_add_then_describe_a_user(broker: SecureBroker, kafka_python: Admin) -> None:
     assert ok(
         broker, "--alter", "--entity-type", "users", "--entity-name", "alice",
         "--add-config", "producer_byte_rate=1024,consumer_byte_rate=2048",
     ) == ["Completed updating config for user alice."]  # fmt: skip
-    assert kafka_python.quotas([("user", EXACT, "alice")]) == {
+    assert kafka_python.quotas([("user", EXACT, "alice")], strict=True) == {
         (("user", "alice"),): {"producer_byte_rate": 1024.0, "consumer_byte_rate": 2048.0}
     }
     expected = [
@@ -150,7 +106,7 @@ def test_add_then_describe_a_user(broker: SecureBroker, kafka_python: ThirdParty
 
 
 def test_quotas_set_by_another_client_are_described(
-    broker: SecureBroker, kafka_python: ThirdParty
+    broker: SecureBroker, kafka_python: Admin
 ) -> None:
     assert kafka_python.alter((("client-id", "reporter"),), {"request_percentage": 12.5}) == (
         0,
@@ -163,7 +119,7 @@ def test_quotas_set_by_another_client_are_described(
     assert ok(broker, "--describe", "--entity-type", "clients", "--entity-name", "nobody") == []
 
 
-def test_delete_config(broker: SecureBroker, kafka_python: ThirdParty) -> None:
+def test_delete_config(broker: SecureBroker, kafka_python: Admin) -> None:
     ok(
         broker, "--alter", "--entity-type", "users", "--entity-name", "dora",
         "--add-config", "producer_byte_rate=4096,request_percentage=50",
@@ -172,7 +128,7 @@ def test_delete_config(broker: SecureBroker, kafka_python: ThirdParty) -> None:
         broker, "--alter", "--entity-type", "users", "--entity-name", "dora",
         "--delete-config", "request_percentage", "--add-config", "consumer_byte_rate=8192",
     ) == ["Completed updating config for user dora."]  # fmt: skip
-    assert kafka_python.quotas([("user", EXACT, "dora")]) == {
+    assert kafka_python.quotas([("user", EXACT, "dora")], strict=True) == {
         (("user", "dora"),): {"producer_byte_rate": 4096.0, "consumer_byte_rate": 8192.0}
     }
     # A key that is not set cannot be deleted (Kafka's check, before any change).
@@ -183,18 +139,18 @@ def test_delete_config(broker: SecureBroker, kafka_python: ThirdParty) -> None:
         )
         == "Error: Invalid config(s): request_percentage"
     )  # fmt: skip
-    assert kafka_python.quotas([("user", EXACT, "dora")]) == {
+    assert kafka_python.quotas([("user", EXACT, "dora")], strict=True) == {
         (("user", "dora"),): {"producer_byte_rate": 4096.0, "consumer_byte_rate": 8192.0}
     }
     ok(
         broker, "--alter", "--user", "dora",
         "--delete-config", "producer_byte_rate,consumer_byte_rate",
     )  # fmt: skip
-    assert kafka_python.quotas([("user", EXACT, "dora")]) == {}
+    assert kafka_python.quotas([("user", EXACT, "dora")], strict=True) == {}
     assert ok(broker, "--describe", "--user", "dora") == []
 
 
-def test_default_entities(broker: SecureBroker, kafka_python: ThirdParty) -> None:
+def test_default_entities(broker: SecureBroker, kafka_python: Admin) -> None:
     assert ok(
         broker, "--alter", "--entity-type", "clients", "--entity-default",
         "--add-config", "consumer_byte_rate=1000000000",
@@ -202,10 +158,10 @@ def test_default_entities(broker: SecureBroker, kafka_python: ThirdParty) -> Non
     assert ok(
         broker, "--alter", "--user-defaults", "--add-config", "producer_byte_rate=2000000000"
     ) == ["Completed updating default config for users in the cluster."]
-    assert kafka_python.quotas([("client-id", DEFAULT, None)]) == {
+    assert kafka_python.quotas([("client-id", DEFAULT, None)], strict=True) == {
         (("client-id", None),): {"consumer_byte_rate": 1e9}
     }
-    assert kafka_python.quotas([("user", DEFAULT, None)]) == {
+    assert kafka_python.quotas([("user", DEFAULT, None)], strict=True) == {
         (("user", None),): {"producer_byte_rate": 2e9}
     }
     assert ok(broker, "--describe", "--entity-type", "clients", "--entity-default") == [
@@ -231,11 +187,11 @@ def test_default_entities(broker: SecureBroker, kafka_python: ThirdParty) -> Non
             "--delete-config", "consumer_byte_rate" if args[0] == "--client-defaults"
             else "producer_byte_rate",
         )  # fmt: skip
-    assert kafka_python.quotas([("client-id", DEFAULT, None)]) == {}
-    assert kafka_python.quotas([("user", DEFAULT, None)]) == {}
+    assert kafka_python.quotas([("client-id", DEFAULT, None)], strict=True) == {}
+    assert kafka_python.quotas([("user", DEFAULT, None)], strict=True) == {}
 
 
-def test_a_users_client_id(broker: SecureBroker, kafka_python: ThirdParty) -> None:
+def test_a_users_client_id(broker: SecureBroker, kafka_python: Admin) -> None:
     assert ok(
         broker, "--alter", "--entity-type", "users", "--entity-name", "bob",
         "--entity-type", "clients", "--entity-name", "app1",
@@ -246,7 +202,9 @@ def test_a_users_client_id(broker: SecureBroker, kafka_python: ThirdParty) -> No
         broker, "--alter", "--user", "bob", "--client", "app2",
         "--add-config", "producer_byte_rate=512",
     ) == ["Completed updating config for client app2."]  # fmt: skip
-    assert kafka_python.quotas([("user", EXACT, "bob"), ("client-id", SPECIFIED, None)]) == {
+    assert kafka_python.quotas(
+        [("user", EXACT, "bob"), ("client-id", SPECIFIED, None)], strict=True
+    ) == {
         (("client-id", "app1"), ("user", "bob")): {"request_percentage": 12.5},
         (("client-id", "app2"), ("user", "bob")): {"producer_byte_rate": 512.0},
     }
@@ -268,7 +226,7 @@ def test_a_users_client_id(broker: SecureBroker, kafka_python: ThirdParty) -> No
     assert ok(broker, "--describe", "--client", "app1") == []
 
 
-def test_values_the_broker_refuses(broker: SecureBroker, kafka_python: ThirdParty) -> None:
+def test_values_the_broker_refuses(broker: SecureBroker, kafka_python: Admin) -> None:
     assert refused(
         broker, 1, "--alter", "--entity-type", "users", "--entity-name", "frank",
         "--add-config", "producer_byte_rate=1.5",
@@ -286,8 +244,8 @@ def test_values_the_broker_refuses(broker: SecureBroker, kafka_python: ThirdPart
         broker, 1, "--alter", "--user", "frank", "--add-config", "controller_mutation_rate=5"
     )
     assert "controller_mutation_rate" in line
-    assert kafka_python.quotas([("user", EXACT, "frank")]) == {}
-    assert kafka_python.quotas([("client-id", EXACT, "frank-app")]) == {}
+    assert kafka_python.quotas([("user", EXACT, "frank")], strict=True) == {}
+    assert kafka_python.quotas([("client-id", EXACT, "frank-app")], strict=True) == {}
 
 
 @pytest.mark.parametrize(
