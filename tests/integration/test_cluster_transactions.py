@@ -411,3 +411,51 @@ def test_transactional_data_for_a_partition_outside_the_transaction_is_refused(
         producer.commit_transaction(30)
         assert read_committed(cluster, 1) == ["in-txn"]
         cluster.check_replicas_identical(TOPIC)
+
+
+@pytest.mark.timeout(150)
+def test_transactions_on_partitions_the_coordinator_does_not_host(tmp_path: Path) -> None:
+    """RF below the broker count: an RF=1 topic with one partition on each broker and an RF=2
+    topic on the two brokers that are not the coordinator. Kafka's coordinator checks a
+    partition against the cluster's metadata, not against the logs it holds itself."""
+    with Cluster(tmp_path, overrides=INTERNAL) as cluster:
+        cluster.create_topic("txn-rf1", assignment=[[1], [2], [3]])
+        cluster.create_topic("txn-rf2", assignment=[[2, 3], [3, 2]])
+        transactional(cluster, "warm-up")
+        cluster.wait_isr_full("__transaction_state")
+        txn_id = txn_id_led_by(cluster, 1)
+        producer = transactional(cluster, txn_id)
+        for n in range(4):
+            producer.begin_transaction()
+            for p in range(3):
+                producer.produce("txn-rf1", f"{n}-rf1-{p}".encode(), partition=p)
+            for p in range(2):
+                producer.produce("txn-rf2", f"{n}-rf2-{p}".encode(), partition=p)
+            if n % 2 == 0:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+        expected = {
+            "txn-rf1": sorted(f"{n}-rf1-{p}" for n in (0, 2) for p in range(3)),
+            "txn-rf2": sorted(f"{n}-rf2-{p}" for n in (0, 2) for p in range(2)),
+        }
+        for topic, values in expected.items():
+            consumer = Consumer(
+                {
+                    "bootstrap.servers": cluster.bootstrap,
+                    "group.id": f"check-{topic}",
+                    "isolation.level": "read_committed",
+                    "enable.auto.commit": False,
+                }
+            )
+            consumer.assign(
+                [KafkaTopicPartition(topic, p, 0) for p in range(3 if topic == "txn-rf1" else 2)]
+            )
+            got: list[str] = []
+            deadline = time.monotonic() + 20
+            while time.monotonic() < deadline and len(got) < len(values):
+                got += [m.value().decode() for m in consumer.consume(100, 0.5) if not m.error()]
+            got += [m.value().decode() for m in consumer.consume(100, 1.0) if not m.error()]
+            consumer.close()
+            assert sorted(got) == values, topic
+        cluster.check_replicas_identical("txn-rf2")

@@ -237,6 +237,12 @@ class ReplicaManager:
     def topic(self, name: str) -> TopicImage | None:
         return self.metadata.topics.get(name)
 
+    def partition_exists(self, tp: TopicPartition) -> bool:
+        """Whether the cluster's metadata has `tp`, wherever its replicas live: a coordinator
+        takes partitions into a transaction that other brokers host, as Kafka's does."""
+        image = self.metadata.topics.get(tp.topic)
+        return image is not None and 0 <= tp.partition < image.partitions
+
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         for topic in self.metadata.topics.values():
             if topic.topic_id == topic_id:

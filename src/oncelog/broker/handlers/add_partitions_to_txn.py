@@ -1,7 +1,8 @@
 """AddPartitionsToTxn (24): a producer names the partitions its transaction writes.
 
-v0-3 (clients): every partition must exist, else that one gets UNKNOWN_TOPIC_OR_PARTITION
-and the others OPERATION_NOT_ATTEMPTED, as Kafka answers. v4 (KIP-890, what brokers send
+v0-3 (clients): every partition must exist in the cluster's metadata (this broker need not
+host it), else that one gets UNKNOWN_TOPIC_OR_PARTITION and the others
+OPERATION_NOT_ATTEMPTED, as Kafka answers. v4 (KIP-890, what brokers send
 each other) batches transactions; with `verify_only` it changes nothing and answers, per
 partition, whether it is in the producer's open transaction — a partition leader asks this
 before accepting a transaction's first batch when the coordinator is another broker.
@@ -42,7 +43,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
         for tp in tps:
             if not authz.topic(ctx, Op.WRITE, tp.topic):
                 refused[tp] = ErrorCode.topic_authorization_failed
-            elif ctx.broker.replicas.logs.get(tp) is None:
+            elif not ctx.broker.replicas.partition_exists(tp):
                 refused[tp] = ErrorCode.unknown_topic_or_partition
     if refused:
         return _answer({tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in tps})
