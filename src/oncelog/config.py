@@ -676,6 +676,49 @@ def _listener_key(key: str) -> str | None:
     return rest
 
 
+#: The highest TCP port number (ports are 16 bits).
+MAX_PORT = 65535
+
+
+def parse_port(text: str, where: str, lowest: int = 0) -> int:
+    """The port number `text` (ASCII digits) in the address `where`: every port any setting or
+    option names (listeners, advertised.listeners, http.listeners, etcd.connect, --listen,
+    --bootstrap-server) is read here, so a port outside 0-65535 is refused the same way
+    everywhere, instead of being wrapped round by the socket layer (99999 -> 34463).
+
+    Raises InvalidConfig (one line naming the port and the address)."""
+    if not text.isascii() or not text.isdigit():
+        raise InvalidConfig(f"port {text!r} is not a number in {where}")
+    port = int(text)
+    if not lowest <= port <= MAX_PORT:
+        raise InvalidConfig(f"port {port} is out of range {lowest}-{MAX_PORT} in {where}")
+    return port
+
+
+def split_host_port(entry: str) -> tuple[str, str] | None:
+    """`HOST:PORT` or `[IPv6]:PORT` as (host, port text); None when `entry` names no port
+    (a bare host, or a bare IPv6 address, which librdkafka takes with its default port)."""
+    if entry.startswith("["):
+        host, sep, rest = entry[1:].partition("]")
+        if not sep or not rest.startswith(":"):
+            return None
+        return host, rest[1:]
+    host, sep, port = entry.rpartition(":")
+    if not sep or ":" in host:
+        return None
+    return host, port
+
+
+def check_bootstrap(servers: str, option: str = "--bootstrap-server") -> str:
+    """`HOST:PORT[,HOST:PORT...]` as a client takes it: every port given must be a number in
+    1-65535 (port 0 reaches nothing). Returns `servers`; raises InvalidConfig."""
+    for entry in (e.strip() for e in servers.split(",")):
+        parts = split_host_port(entry)
+        if parts is not None:
+            parse_port(parts[1], f"{option} {servers}", lowest=1)
+    return servers
+
+
 @dataclass(frozen=True, slots=True)
 class Listener:
     name: str
@@ -683,12 +726,13 @@ class Listener:
     port: int
 
     @classmethod
-    def parse(cls, spec: str) -> Listener:
+    def parse(cls, spec: str, key: str = "listeners") -> Listener:
         match = re.fullmatch(r"(?:([A-Za-z_][A-Za-z0-9_]*)://)?\[?([^\]]*?)\]?:(\d+)", spec.strip())
         if not match:
             raise InvalidConfig(f"Invalid listener {spec!r}: expected NAME://HOST:PORT")
         name = match.group(1) or "PLAINTEXT"
-        return cls(name.upper(), match.group(2) or "0.0.0.0", int(match.group(3)))
+        port = parse_port(match.group(3), f"{key}={spec.strip()}")
+        return cls(name.upper(), match.group(2) or "0.0.0.0", port)
 
 
 @dataclass(frozen=True)
@@ -711,6 +755,9 @@ class BrokerConfig:
                 parse_value(d, value)
         self.listener  # noqa: B018 - validate eagerly
         self.listeners  # noqa: B018
+        advertised = self.get("advertised.listeners")
+        for spec in advertised if isinstance(advertised, list) else []:
+            Listener.parse(spec, "advertised.listeners")
         for key, value in self.raw.items():
             d = BROKER_CONFIGS.get(_listener_key(key) or "")
             if d is not None:
@@ -814,7 +861,7 @@ class BrokerConfig:
             return None
         assert isinstance(advertised, list)
         for spec in advertised:
-            item = Listener.parse(spec)
+            item = Listener.parse(spec, "advertised.listeners")
             if item.name == listener_name:
                 return item
         return None
@@ -871,7 +918,7 @@ class BrokerConfig:
         if not advertised:
             return None
         assert isinstance(advertised, list)
-        return Listener.parse(advertised[0])
+        return Listener.parse(advertised[0], "advertised.listeners")
 
     @property
     def log_dirs(self) -> list[Path]:

@@ -208,3 +208,24 @@ def test_serve_help_names_ready_line_sigterm_and_config_docs() -> None:
     assert "README.md" in text and "Configuration" in text
     for option in ("--listen", "--data-dir", "--node-id", "--override", "properties"):
         assert option in text
+
+
+def test_port_out_of_range_exits_2_with_one_line(tmp_path: Path) -> None:
+    """`--listen 127.0.0.1:99999` once listened on 34463 (99999 - 65536)."""
+    result = serve("--listen", "127.0.0.1:99999", "--data-dir", str(tmp_path / "d"))
+    assert result.returncode == 2
+    line = one_line(result)
+    assert "port 99999 is out of range 0-65535" in line, line
+    assert not (tmp_path / "d").exists()
+    tool = subprocess.run(
+        [sys.executable, "-m", "oncelog", "topics", "list", "-b", "127.0.0.1:99999"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert tool.returncode == 2
+    assert tool.stdout == ""
+    assert tool.stderr.splitlines() == [
+        "Error: port 99999 is out of range 1-65535 in -b 127.0.0.1:99999"
+    ]

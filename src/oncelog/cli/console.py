@@ -6,12 +6,16 @@ their Kafka name, one line on stderr for an error and never a traceback.
 
 from __future__ import annotations
 
+import argparse
 import functools
 import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
+
+from oncelog.config import check_bootstrap
+from oncelog.errors import InvalidConfig
 
 #: What Kafka's tools print for a value that does not exist (no committed offset, no member).
 MISSING = "-"
@@ -23,8 +27,24 @@ BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_HELP = f"the broker(s) to connect to, host:port[,host:port...] (default {BOOTSTRAP})"
 
 
+class BootstrapServers(argparse.Action):
+    """`--bootstrap-server HOST:PORT[,...]`, its ports checked as the broker checks its own
+    (config.check_bootstrap): a bad one ends the tool with one `Error: ...` line, status 2."""
+
+    def __call__(
+        self, parser: Any, namespace: argparse.Namespace, values: Any, option: Any = None
+    ) -> None:
+        try:
+            check_bootstrap(str(values), str(option or self.dest))
+        except InvalidConfig as exc:
+            parser.exit(2, f"Error: {exc}\n")
+        setattr(namespace, self.dest, values)
+
+
 def add_bootstrap(parser: Any) -> None:
-    parser.add_argument("--bootstrap-server", "-b", default=BOOTSTRAP, help=BOOTSTRAP_HELP)
+    parser.add_argument(
+        "--bootstrap-server", "-b", default=BOOTSTRAP, help=BOOTSTRAP_HELP, action=BootstrapServers
+    )
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:

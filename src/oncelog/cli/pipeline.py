@@ -29,6 +29,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from oncelog.cli.console import BootstrapServers
+
 #: `oncelog.spark.pipeline.SEMANTICS`, repeated here so building the parser needs no Spark.
 SEMANTICS = ("exactly-once", "at-least-once")
 #: What `averages` needs beyond the base install (the `[spark]` extra).
@@ -53,7 +55,7 @@ def add_parsers(sub: Any) -> None:
     avg = pipeline_sub.add_parser(
         "averages", help="per-key count/sum/avg, exactly once (needs oncelog[spark], Java 17+)"
     )
-    avg.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    avg.add_argument("--bootstrap-server", default="127.0.0.1:9092", action=BootstrapServers)
     avg.add_argument("--input", default="events", help="input topic")
     avg.add_argument("--output", default="averages", help="output topic (Kafka sink)")
     avg.add_argument("--checkpoint", required=True, help="Spark checkpoint directory")
@@ -90,7 +92,7 @@ def add_parsers(sub: Any) -> None:
     avg.set_defaults(func=run_averages)
 
     gen = pipeline_sub.add_parser("generate", help="produce deterministic test events")
-    gen.add_argument("--bootstrap-server", default="127.0.0.1:9092")
+    gen.add_argument("--bootstrap-server", default="127.0.0.1:9092", action=BootstrapServers)
     gen.add_argument("--topic", default="events")
     gen.add_argument("--count", type=int, required=True)
     gen.add_argument("--keys", type=int, default=5)

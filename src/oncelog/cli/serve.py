@@ -96,13 +96,17 @@ def run(args: argparse.Namespace) -> int:
     from oncelog.console.listener import HttpListenerError
     from oncelog.console.listener import parse as parse_http
     from oncelog.server.app import run as run_broker
+    from oncelog.server.etcd import parse_etcd_connect
 
     try:
         config = config_from_args(args)
         http_listeners = config.get("http.listeners")
         assert isinstance(http_listeners, list)
         http = parse_http(http_listeners)
-    except (InvalidConfig, HttpListenerError, OSError) as exc:
+        etcd_connect = config.get("etcd.connect")
+        if etcd_connect:  # a bad value is a configuration error (2), not a failed start-up
+            parse_etcd_connect(str(etcd_connect))
+    except (InvalidConfig, HttpListenerError, ValueError, OSError) as exc:
         print(f"oncelog: configuration error: {exc}", file=sys.stderr, flush=True)
         return EXIT_CONFIG_ERROR
     config.warn_unknown()

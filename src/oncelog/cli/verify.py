@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.cli import verify_transactions
+from oncelog.cli.console import BootstrapServers
 from oncelog.verify.checker import ALLOWED, CheckResult, check, write_report
 from oncelog.verify.history import HistoryError, Note, Op, Send, read_history
 from oncelog.verify.timeline import write_timeline
@@ -31,7 +32,9 @@ def add_parsers(sub: Any) -> None:
     chk.set_defaults(func=run_check)
     rn = verify_sub.add_parser("run", help="run a workload of real clients, then check it")
     target = rn.add_mutually_exclusive_group(required=True)
-    target.add_argument("--bootstrap", help="an existing broker (host:port)")
+    target.add_argument(
+        "--bootstrap", help="an existing broker (host:port)", action=BootstrapServers
+    )
     target.add_argument(
         "--start-broker", action="store_true", help="start an oncelog broker (allows --faults)"
     )

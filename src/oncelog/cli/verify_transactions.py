@@ -16,6 +16,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
+from oncelog.cli.console import BootstrapServers
 from oncelog.verify.txn_system import FAULT_KINDS, RunBroken, TxnTestConfig, run, summary
 
 
@@ -29,7 +30,9 @@ def add_parser(verify_sub: Any) -> None:
     )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument(
-        "--bootstrap", help="an existing Kafka cluster (HOST:PORT[,...]); no broker faults"
+        "--bootstrap",
+        help="an existing Kafka cluster (HOST:PORT[,...]); no broker faults",
+        action=BootstrapServers,
     )
     target.add_argument(
         "--start-cluster",

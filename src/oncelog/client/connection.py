@@ -15,6 +15,7 @@ from typing import Any
 
 from kio.serial import entity_reader
 
+from oncelog.config import parse_port, split_host_port
 from oncelog.errors import error_name
 from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
 from oncelog.protocol.headers import API_VERSIONS_KEY
@@ -154,6 +155,12 @@ class Connection:
 
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
+    """The first HOST:PORT of a bootstrap list (port 9092 when none is named); a port that is
+    not a number in 1-65535 raises InvalidConfig (config.parse_port)."""
     first = bootstrap.split(",", maxsplit=1)[0].strip()
-    host, _, port = first.rpartition(":")
-    return host or "127.0.0.1", int(port or 9092)
+    parts = split_host_port(first)
+    if parts is None:
+        return first.strip("[]") or "127.0.0.1", 9092
+    host, port = parts
+    number = parse_port(port, f"bootstrap {bootstrap}", lowest=1) if port else 9092
+    return host or "127.0.0.1", number

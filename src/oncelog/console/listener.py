@@ -11,6 +11,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from oncelog.config import parse_port
+from oncelog.errors import InvalidConfig
+
 _SPEC = re.compile(r"((?i:https?))://\[?([^\]/]*?)\]?:(\d+)/?")
 
 
@@ -41,10 +44,14 @@ def parse(values: list[str]) -> HttpListener | None:
     if not entries:
         return None
     match = _SPEC.fullmatch(entries[0])
-    if match is None or int(match.group(3)) > 65535:
+    if match is None:
         raise HttpListenerError(
             f"Invalid http.listeners entry {entries[0]!r}: expected http://HOST:PORT "
             "or https://HOST:PORT"
         )
+    try:
+        port = parse_port(match.group(3), f"http.listeners={entries[0]}")
+    except InvalidConfig as exc:
+        raise HttpListenerError(str(exc)) from None
     tls = match.group(1).lower() == "https"
-    return HttpListener(match.group(2) or "0.0.0.0", int(match.group(3)), tls)
+    return HttpListener(match.group(2) or "0.0.0.0", port, tls)

@@ -38,6 +38,9 @@ import aetcd.rpc
 import aetcd.transactions as txn
 import aetcd.utils
 
+from oncelog.config import parse_port
+from oncelog.errors import InvalidConfig
+
 log = logging.getLogger(__name__)
 
 DEFAULT_PREFIX = "/oncelog"
@@ -89,9 +92,10 @@ def _parse_endpoint(entry: str, value: str) -> tuple[str, int]:
         ok = bool(sep) and ":" not in host
     if not ok or not host or any(c.isspace() for c in host) or not port.isdigit():
         raise ValueError(f"etcd.connect: {_USAGE}, got {value!r}")
-    if not 0 < int(port) < 65536:
-        raise ValueError(f"etcd.connect: port {port} out of range in {value!r}")
-    return host, int(port)
+    try:
+        return host, parse_port(port, repr(value), lowest=1)
+    except InvalidConfig as exc:
+        raise ValueError(f"etcd.connect: {exc}") from None
 
 
 def parse_etcd_connect(value: str) -> EtcdTarget:
