@@ -53,8 +53,10 @@ def create(cluster: Cluster, topic: NewTopic) -> None:
     admin = cluster.admin()
     admin.create_topics([topic])[topic.topic].result(15)
     cluster.wait_for(
-        lambda: bool(cluster.partitions(topic.topic))
-        and all(p[0] >= 0 for p in cluster.partitions(topic.topic).values()),
+        lambda: (
+            bool(cluster.partitions(topic.topic))
+            and all(p[0] >= 0 for p in cluster.partitions(topic.topic).values())
+        ),
         15,
         f"leaders of {topic.topic}",
     )
@@ -223,6 +225,57 @@ def test_create_partitions_grows_the_topic(cluster: Cluster) -> None:
     cluster.wait_isr_full("growing", 15)
     assert len(cluster.partitions("growing")) == 6
     cluster.check_replicas_identical("growing", 30)
+
+
+@pytest.mark.timeout(90)
+def test_admin_requests_right_after_create_topics_see_the_topics(cluster: Cluster) -> None:
+    """An admin request sees what an acknowledged earlier one wrote, whichever broker gets
+    it: CreatePartitions, AlterConfigs and DeleteTopics sent to each broker in turn the
+    moment CreateTopics was answered (a broker whose etcd watch lagged answered 'does not
+    exist')."""
+    admin = cluster.admin()
+    names = [f"at-once-{i}" for i in range(9)]
+    futures = admin.create_topics([NewTopic(n, 1, 2) for n in names])
+    for future in futures.values():
+        future.result(15)
+    grown = admin.create_partitions([NewPartitions(n, 2) for n in names])
+    for future in grown.values():
+        future.result(15)
+    timeout = datetime.timedelta(seconds=10)
+    for i in range(9):
+        name, node = f"next-{i}", i % 3 + 1
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+        with Admin(cluster.brokers[node].bootstrap) as raw:
+            conn = raw.node(node)
+            grow = {"topics": [{"name": name, "count": 3, "assignments": None}]}
+            answer = conn.call(
+                ApiKey.CREATE_PARTITIONS,
+                (0, 3),
+                {**grow, "timeout": timeout, "validate_only": False},
+            )
+            assert int(answer.results[0].error_code) == 0, (node, answer.results[0])
+            resource = {
+                "resource_type": 2,
+                "resource_name": name,
+                "configs": [{"name": "retention.ms", "config_operation": 0, "value": "60000"}],
+            }
+            body = {"resources": [resource], "validate_only": False}
+            answer = conn.call(ApiKey.INCREMENTAL_ALTER_CONFIGS, (0, 1), body)
+            assert int(answer.responses[0].error_code) == 0, (node, answer.responses[0])
+    for name in names + [f"next-{i}" for i in range(9)]:
+        cluster.wait_for(lambda n=name: len(cluster.partitions(n)) >= 2, 15, f"{name} grown")
+    for i in range(3):
+        name, node = f"gone-{i}", i + 1
+        admin.create_topics([NewTopic(name, 1, 1)])[name].result(15)
+        with Admin(cluster.brokers[node].bootstrap) as raw:
+            body = {"topic_names": [name], "timeout": timeout}
+            answer = raw.node(node).call(ApiKey.DELETE_TOPICS, (1, 5), body)
+        assert int(answer.responses[0].error_code) == 0, (node, answer.responses[0])
+    # The module's cluster is shared: the tests after this one count partitions.
+    left = names + [f"next-{i}" for i in range(9)]
+    for future in admin.delete_topics(left).values():
+        future.result(15)
+    cluster.wait_for(lambda: not set(left) & set(admin.list_topics(timeout=10).topics), 15)
 
 
 # -- DescribeCluster, ElectLeaders -------------------------------------------------------------

@@ -112,10 +112,14 @@ class ClusterOps(Protocol):
         ...
 
     def alter_topic_configs(
-        self, name: str, change: Callable[[Mapping[str, str]], dict[str, str]]
+        self,
+        name: str,
+        change: Callable[[Mapping[str, str]], dict[str, str]],
+        validate_only: bool = False,
     ) -> PendingOp:
         """Rewrite a topic's overrides to `change(current)` in etcd (CAS, recomputed when
-        another change wins; `change` raises the KafkaError to answer)."""
+        another change wins; `change` raises the KafkaError to answer). `validate_only`:
+        only check `change` against etcd's current overrides."""
         ...
 
     def alter_broker_configs(

@@ -594,11 +594,17 @@ class ClusterRuntime(
 
         async def run() -> None:
             assert self.store is not None
+            key = cs.key_for_topic(name).encode()
             try:
-                made = await self.store.create(
-                    cs.key_for_topic(name).encode(), assignment.to_bytes()
-                )
-                op.finish(None if made else TopicAlreadyExists(f"Topic '{name}' already exists."))
+                made = await self.store.compare_and_swap(key, 0, assignment.to_bytes())
+                if made is None:
+                    op.finish(TopicAlreadyExists(f"Topic '{name}' already exists."))
+                else:
+                    # As Kafka's answer waits for the metadata cache: the client's next
+                    # request to this broker (Metadata, CreatePartitions) finds the topic.
+                    await self._seen(key, made.mod_revision)
+                    await self._states_seen(name, len(replicas))
+                    op.finish(None)
             except EtcdError as exc:
                 op.finish(UnknownServerError(f"etcd did not take the topic: {exc}"))
             self.wake([op.key])

@@ -33,6 +33,8 @@ from typing import Any
 
 from oncelog.broker.cluster_view import ClusterView, PendingOp
 from oncelog.errors import (
+    InvalidReplicaAssignment,
+    InvalidRequest,
     KafkaError,
     NotController,
     RequestTimedOut,
@@ -65,6 +67,15 @@ async def delete_topic_keys(
         cs.prefix_for_partitions(name).encode(),
         timeout_s=timeout_s,
     )
+
+
+def topic_key(name: str) -> bytes:
+    """etcd's key of topic `name`; UNKNOWN_TOPIC_OR_PARTITION for a name no topic can have
+    (an admin request naming one is answered, not dropped)."""
+    try:
+        return cs.key_for_topic(name).encode()
+    except cs.ClusterStateError:
+        raise UnknownTopicOrPartition(f"Topic {name} does not exist.") from None
 
 
 class ClusterAdminOps:
@@ -119,7 +130,7 @@ class ClusterAdminOps:
     def delete_topic_atomically(self, name: str) -> PendingOp:
         """Delete the topic and its partition states in one etcd transaction."""
         op = PendingOp(key=("delete-topic", name, next(_ids)))
-        key = cs.key_for_topic(name).encode()
+        key = topic_key(name)
         seen = self.view.topics.get(name)
         topic_id = seen.topic_id if seen is not None else None
 
@@ -129,7 +140,10 @@ class ClusterAdminOps:
                 known = await self.store.get(key)
                 if known is None:
                     raise UnknownTopicOrPartition(f"Topic {name} does not exist")
-                current = cs.TopicAssignment.from_bytes(known.value).topic_id
+                current_topic = cs.TopicAssignment.from_bytes(known.value)
+                if current_topic.internal:
+                    raise InvalidRequest(f"Topic {name} is internal and cannot be deleted")
+                current = current_topic.topic_id
                 if topic_id is not None and current != topic_id:
                     # Deleted and created again meanwhile: the topic asked for is gone.
                     raise UnknownTopicOrPartition(f"Topic {name} ({topic_id}) does not exist")
@@ -151,16 +165,18 @@ class ClusterAdminOps:
         manual: Sequence[Sequence[int]] | None,
         validate_only: bool,
     ) -> PendingOp:
-        """Grow `name` to `total` partitions (KafkaError at once if Kafka would refuse)."""
-        self._grown(name, total, manual)  # validates now, against this broker's view
-        key = cs.key_for_topic(name).encode()
+        """Grow `name` to `total` partitions; the op fails with Kafka's refusal. Checked
+        against etcd's topic once this broker's view has it, not against whatever the watch
+        delivered so far: a topic just created through another broker is there."""
+        key = topic_key(name)
         op = PendingOp(key=("create-partitions", name, next(_ids)))
-        if validate_only:
-            op.finish(None)
-            return op
 
         async def work() -> None:
             assert self.store is not None
+            await self._caught_up(name)
+            if validate_only:
+                self._grown(name, total, manual)
+                return
             for _ in range(ATTEMPTS):
                 grown, revision = self._grown(name, total, manual)
                 done = await self.store.compare_and_swap(key, revision, grown.to_bytes())
@@ -182,7 +198,25 @@ class ClusterAdminOps:
         known = self._versions.get(cs.key_for_topic(name).encode())
         if known is None:
             raise UnknownTopicOrPartition(f"Topic {name} does not exist.")
-        return self.controller.add_partitions(name, total, manual), known.mod_revision
+        try:
+            return self.controller.add_partitions(name, total, manual), known.mod_revision
+        except InvalidRequest as exc:
+            # The placement checks say INVALID_REQUEST; Kafka's code for them is this one.
+            raise InvalidReplicaAssignment(str(exc)) from None
+
+    async def _caught_up(self, name: str) -> Versioned:
+        """etcd's `topics/<name>`, once this broker's watch has applied it. An admin request
+        must see what an acknowledged earlier one wrote, through whichever broker: the
+        watch brings another broker's write a moment later (CreateTopics on broker 1, then
+        CreatePartitions on broker 2 found no topic)."""
+        assert self.store is not None
+        key = topic_key(name)
+        known = await self.store.get(key)
+        if known is None:
+            raise UnknownTopicOrPartition(f"Topic {name} does not exist.")
+        if not await self._seen(key, known.mod_revision):
+            raise RequestTimedOut(f"this broker's view of etcd did not reach topic {name} in time")
+        return known
 
     async def _states_seen(self, name: str, partitions: int) -> None:
         """Wait (bounded) until every partition of `name` has a state in this broker's view,

@@ -22,6 +22,7 @@ from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.errors import UnknownServerError, UnknownTopicOrPartition
 from oncelog.metadata import cluster_state as cs
+from oncelog.server.cluster_admin import topic_key
 from oncelog.server.etcd import EtcdStore
 
 log = logging.getLogger(__name__)
@@ -47,11 +48,14 @@ class ClusterConfigOps:
     async def _seen(self, key: bytes, revision: int, present: bool = True) -> bool:
         raise NotImplementedError
 
-    def alter_topic_configs(self, name: str, change: ConfigChange) -> PendingOp:
+    def alter_topic_configs(
+        self, name: str, change: ConfigChange, validate_only: bool = False
+    ) -> PendingOp:
         """Rewrite `name`'s overrides to `change(current)` (which validates, raising the
-        KafkaError to answer)."""
+        KafkaError to answer); read from etcd, so a topic just created through another
+        broker is found."""
         op = PendingOp(key=("alter-topic-configs", name, next(_ids)))
-        key = cs.key_for_topic(name).encode()
+        key = topic_key(name)
 
         async def work() -> None:
             assert self.store is not None
@@ -61,6 +65,8 @@ class ClusterConfigOps:
                     raise UnknownTopicOrPartition(f"Topic {name} does not exist")
                 old = cs.TopicAssignment.from_bytes(known.value)
                 new = replace(old, configs=change(old.configs))
+                if validate_only:
+                    return
                 done = await self.store.compare_and_swap(key, known.mod_revision, new.to_bytes())
                 if done is not None:
                     log.info("topic %s: configs %s (etcd)", name, dict(new.configs))

@@ -84,11 +84,7 @@ def _in_cluster(
 ) -> PendingOp:
     ops = ctx.broker.cluster_ops
     assert ops is not None
-    try:
-        return ops.create_partitions(name, total, manual, validate)
-    except InvalidRequest as exc:
-        # The placement checks say INVALID_REQUEST; Kafka's code for them is this one.
-        raise InvalidReplicaAssignment(str(exc)) from None
+    return ops.create_partitions(name, total, manual, validate)
 
 
 def _single_node(

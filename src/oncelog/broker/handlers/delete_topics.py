@@ -15,7 +15,7 @@ from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.purgatory import Delayed
-from oncelog.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
+from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.security.acl import AclOperation as Op
 
 
@@ -55,6 +55,6 @@ def _delete_in_cluster(ctx: RequestContext, name: str) -> PendingOp:
     assignment = cluster.topics.get(name)
     if (local is not None and local.internal) or (assignment is not None and assignment.internal):
         raise InvalidRequest(f"Topic {name} is internal and cannot be deleted")
-    if assignment is None:
-        raise UnknownTopicOrPartition(f"Topic {name} does not exist")
+    # A topic this broker's view lacks may have just been created through another broker:
+    # the deletion reads etcd, and answers UNKNOWN_TOPIC_OR_PARTITION if etcd has none.
     return ops.delete_topic_atomically(name)

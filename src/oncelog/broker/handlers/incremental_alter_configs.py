@@ -109,12 +109,15 @@ def _alter_one(
         cluster = ctx.broker.cluster
         if cluster is not None:
             assignment = cluster.topics.get(name)
-            if assignment is None:
-                raise UnknownTopicOrPartition(f"Topic {name} does not exist")
-            change_topic(assignment.configs)  # answer a bad change now
-            if validate_only or ops is None:
+            if assignment is not None:
+                change_topic(assignment.configs)  # answer a bad change now
+                if validate_only:
+                    return None
+            if ops is None:
                 return None
-            return ops.alter_topic_configs(name, change_topic)
+            # Not in this broker's view: perhaps created through another broker a moment
+            # ago. The op reads etcd and answers UNKNOWN_TOPIC_OR_PARTITION if it has none.
+            return ops.alter_topic_configs(name, change_topic, validate_only)
         topic = replicas.topic(name)
         if topic is None:
             raise UnknownTopicOrPartition(f"Topic {name} does not exist")
