@@ -85,3 +85,73 @@ def test_an_aborted_offset_commit_does_not_hide_the_committed_one_after_failover
         assert committed(cluster) == 100
         cluster.brokers[leader].start()
         group.close()
+
+
+def name_led_by(cluster: Cluster, internal: str, node: int, prefix: str) -> str:
+    """A group or transactional id whose partition of `internal` broker `node` leads."""
+    leaders = {p: state[0] for p, state in cluster.partitions(internal).items()}
+    for n in range(10_000):
+        if leaders.get(partition_for(f"{prefix}{n}", OFFSETS_PARTITIONS)) == node:
+            return f"{prefix}{n}"
+    raise AssertionError(f"broker {node} leads no partition of {internal}")
+
+
+@pytest.mark.timeout(150)
+def test_offsets_and_data_on_brokers_that_are_not_the_transaction_coordinator(
+    tmp_path: Path,
+) -> None:
+    """RF=1 internal topics: the transaction coordinator (broker 1), the group coordinator
+    (broker 2) and the data (RF=1 on 3, RF=2 on 2 and 3) are different brokers; a
+    committed transaction's offsets and records appear, an aborted one's do not."""
+    rf1 = {
+        "offsets.topic.replication.factor": "1",
+        "offsets.topic.num.partitions": str(OFFSETS_PARTITIONS),
+        "transaction.state.log.replication.factor": "1",
+        "transaction.state.log.num.partitions": str(OFFSETS_PARTITIONS),
+        "transaction.state.log.min.isr": "1",
+    }
+    with Cluster(tmp_path, overrides=rf1) as cluster:
+        cluster.create_topic(SOURCE, assignment=[[3]])
+        cluster.create_topic(SINK, assignment=[[3, 2]])
+        Producer(
+            {"bootstrap.servers": cluster.bootstrap, "transactional.id": "warm-up"}
+        ).init_transactions(60)
+        Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "warm-up"}).close()
+        cluster.wait_for(lambda: len(cluster.partitions("__transaction_state")) == 3, 30)
+        txn_id = name_led_by(cluster, "__transaction_state", 1, "txn-")
+        # the group's first request creates __consumer_offsets
+        Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "first"}).list_topics()
+        cluster.wait_for(lambda: len(cluster.partitions("__consumer_offsets")) == 3, 30)
+        group_id = name_led_by(cluster, "__consumer_offsets", 2, "group-")
+        producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id})
+        producer.init_transactions(60)
+        group = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group_id})
+        for offset, commit in ((10, True), (20, False), (30, True), (40, False)):
+            producer.begin_transaction()
+            producer.produce(SINK, b"x%d" % offset, partition=0)
+            producer.send_offsets_to_transaction(
+                [KafkaTopicPartition(SOURCE, 0, offset)], group.consumer_group_metadata(), 30
+            )
+            if commit:
+                producer.commit_transaction(30)
+            else:
+                producer.abort_transaction(30)
+        group.close()
+        reader = Consumer(
+            {
+                "bootstrap.servers": cluster.bootstrap,
+                "group.id": group_id,
+                "isolation.level": "read_committed",
+                "enable.auto.commit": False,
+            }
+        )
+        [tp] = reader.committed([KafkaTopicPartition(SOURCE, 0)], timeout=30)
+        assert tp.error is None and tp.offset == 30, tp
+        reader.assign([KafkaTopicPartition(SINK, 0, 0)])
+        values: list[bytes] = []
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and len(values) < 2:
+            values += [m.value() for m in reader.consume(10, 0.5) if m.error() is None]
+        values += [m.value() for m in reader.consume(10, 1.0) if m.error() is None]
+        reader.close()
+        assert values == [b"x10", b"x30"]
