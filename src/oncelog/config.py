@@ -66,7 +66,6 @@ C = ConfigType
 TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 CLEANUP_POLICIES = ("compact", "delete")
 COMPRESSION_TYPES = ("uncompressed", "zstd", "lz4", "snappy", "gzip", "producer")
-_VERSION_RE = re.compile(r"[0-9]+\.[0-9]+(?:\.[0-9]+)?(?:-IV[0-9]+)?")
 _REPLICA_RE = re.compile(r"(?:[0-9]+:[0-9]+)?")
 
 
@@ -81,12 +80,39 @@ def _throttled_replicas(value: object) -> str | None:
     )
 
 
+#: Kafka's MetadataVersion values (server-common MetadataVersion.java, through 4.0): each
+#: release and its internal versions ("0.10.0-IV1"); versions before 0.10.0 have none.
+_RELEASE_IVS = (
+    ("0.8.0", 0), ("0.8.1", 0), ("0.8.2", 0), ("0.9.0", 0), ("0.10.0", 2), ("0.10.1", 3),
+    ("0.10.2", 1), ("0.11.0", 3), ("1.0", 1), ("1.1", 1), ("2.0", 2), ("2.1", 3), ("2.2", 2),
+    ("2.3", 2), ("2.4", 2), ("2.5", 1), ("2.6", 1), ("2.7", 3), ("2.8", 2), ("3.0", 2),
+    ("3.1", 1), ("3.2", 1), ("3.3", 4), ("3.4", 1), ("3.5", 3), ("3.6", 3), ("3.7", 5),
+    ("3.8", 1), ("3.9", 1), ("4.0", 4),
+)  # fmt: skip
+#: The strings MetadataVersion.fromVersionString looks up: every release and every
+#: release-IVn (Kafka's IBP_VERSIONS; all releases through 4.0 are production ones).
+METADATA_VERSIONS = frozenset(
+    [release for release, _ in _RELEASE_IVS]
+    + [f"{release}-IV{i}" for release, count in _RELEASE_IVS for i in range(count)]
+)
+
+
+def metadata_version_key(text: str) -> str:
+    """What Kafka's MetadataVersion.fromVersionString looks up for `text`: the first three
+    dot-separated parts of a 0.x version, the first two of any other (so `0.10.0.0` is
+    `0.10.0`, `0.11.0.2` is `0.11.0`, `2.8.1` is `2.8`); `0.10.0-IV1` stays as it is."""
+    parts = text.split(".")
+    wanted = 3 if text.startswith("0.") else 2
+    return text if wanted >= len(parts) else ".".join(parts[:wanted])
+
+
 def _metadata_version(value: object) -> str | None:
-    """The shape of Kafka's MetadataVersion strings (0.10.2, 2.8-IV1, 3.0-IV1); the value is
-    deprecated and ignored by Kafka 3 for v2 records, so the exact list is not checked."""
-    if isinstance(value, str) and _VERSION_RE.fullmatch(value):
+    """Kafka's MetadataVersionValidator (message.format.version, log.message.format.version,
+    inter.broker.protocol.version): a version MetadataVersion knows, after its trimming. The
+    value is deprecated and has no effect on v2 records (Kafka 3 ignores it too)."""
+    if isinstance(value, str) and metadata_version_key(value) in METADATA_VERSIONS:
         return None
-    return f"Unknown metadata.version '{value}'"
+    return f"Version {value} is not a valid version"
 
 
 #: The class names Kafka's `authorizer.class.name` takes for its ACL authorizer (KRaft and
@@ -182,6 +208,14 @@ BROKER_CONFIGS: dict[str, ConfigDef] = _defs(
         "3.0-IV1",
         "message.format.version",
         check=_metadata_version,
+    ),
+    ConfigDef(
+        "inter.broker.protocol.version",
+        C.STRING,
+        "3.9-IV0",
+        check=_metadata_version,
+        doc="Kafka's inter-broker protocol version; accepted (Kafka's versions, such as "
+        "2.8.1 or 0.10.0-IV1) and ignored: oncelog brokers speak one protocol.",
     ),
     ConfigDef(
         "log.message.timestamp.difference.max.ms",
