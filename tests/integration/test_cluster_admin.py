@@ -1,6 +1,7 @@
 """The cluster's admin surface against a real etcd and three broker processes: CreateTopics
 with replication, DeleteTopics across the cluster, CreatePartitions, DescribeCluster,
-ElectLeaders; the `oncelog topics` / `oncelog cluster` commands; `scripts/run-cluster`.
+ElectLeaders; the `oncelog topics` / `oncelog cluster` commands (`scripts/run-cluster`:
+test_run_cluster_script.py).
 
 One cluster serves the module (a test that stops a broker starts it again); tests use
 confluent-kafka's AdminClient as any Kafka user would, and the CLI as a subprocess.
@@ -11,9 +12,6 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-import os
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -464,55 +462,3 @@ def test_single_node_admin(tmp_path: Path) -> None:
             time.sleep(0.1)
     finally:
         broker.stop()
-
-
-# -- scripts/run-cluster -----------------------------------------------------------------------
-
-
-def _free_run(count: int) -> int:
-    """The first of `count` consecutive free ports (best effort)."""
-    for _ in range(50):
-        base = free_port()
-        if base + count >= 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as s:
-                    s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no run of free ports")
-
-
-@pytest.mark.timeout(90)
-def test_run_cluster_script(tmp_path: Path) -> None:
-    base, etcd_port = _free_run(3), _free_run(2)
-    proc = subprocess.Popen(
-        [str(ROOT / "scripts" / "run-cluster"), "--dir", str(tmp_path / "c"),
-         "--base-port", str(base), "--etcd-port", str(etcd_port)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path,
-        env={**os.environ, "STOP_TIMEOUT_S": "10"}, start_new_session=True,
-    )  # fmt: skip
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        bootstrap = ",".join(f"127.0.0.1:{base + i}" for i in range(3))
-        assert line == (
-            f"oncelog cluster ready: bootstrap {bootstrap} (etcd 127.0.0.1:{etcd_port})\n"
-        ), proc.stderr.read() if proc.stderr else ""
-        done = cli("cluster", "describe", "-b", bootstrap)
-        assert done.returncode == 0, done.stderr
-        assert "Brokers: 3\n" in done.stdout
-        assert (tmp_path / "c" / "broker-2").is_dir() and (tmp_path / "c" / "etcd").is_dir()
-        started = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(40)
-        assert time.monotonic() - started < 40
-        for port in [*range(base, base + 3), etcd_port]:
-            with socket.socket() as s:
-                assert s.connect_ex(("127.0.0.1", port)) != 0, f"port {port} still served"
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
