@@ -31,9 +31,13 @@ class SecureBroker(BrokerProcess):
     """Started with `listeners` from its overrides (no --listen); `ports` maps each listener
     name to its bound port, as the ready line reports them."""
 
-    def __init__(self, data_dir: Path, overrides: dict[str, str]) -> None:
+    def __init__(
+        self, data_dir: Path, overrides: dict[str, str], log_level: str | None = None
+    ) -> None:
+        """`log_level`: the broker's --log-level (DEBUG for what a test counts in its log)."""
         super().__init__(data_dir, overrides)
         self.ports: dict[str, int] = {}
+        self.log_level = log_level
 
     def bootstrap_of(self, listener: str) -> str:
         return f"127.0.0.1:{self.ports[listener]}"
@@ -46,7 +50,10 @@ class SecureBroker(BrokerProcess):
                 for spec in self.overrides["listeners"].split(",")
             ]
             self.overrides["listeners"] = ",".join(specs)
-        args = [sys.executable, "-m", "oncelog", "serve", "--data-dir", str(self.data_dir)]
+        args = [sys.executable, "-m", "oncelog"]
+        if self.log_level is not None:
+            args += ["--log-level", self.log_level]
+        args += ["serve", "--data-dir", str(self.data_dir)]
         for key, value in self.overrides.items():
             args += ["--override", f"{key}={value}"]
         log = open(self.log_path, "a")  # noqa: SIM115 - lives as long as the process
@@ -118,13 +125,21 @@ def make_certs(directory: Path, client_subject: str = "/CN=client-one/O=oncelog"
 class SecureCluster:
     """Three SecureBrokers sharing one etcd (tests/etcd_server.py), each with `overrides`."""
 
-    def __init__(self, base: Path, overrides: dict[str, str], size: int = 3) -> None:
+    def __init__(
+        self,
+        base: Path,
+        overrides: dict[str, str],
+        size: int = 3,
+        log_level: str | None = None,
+    ) -> None:
         from tests.cluster_process import FAST
         from tests.etcd_server import EtcdServer
 
         self.etcd = EtcdServer(base / "etcd")
         self.brokers = {
-            n: SecureBroker(base / f"broker-{n}", {**FAST, **overrides, "node.id": str(n)})
+            n: SecureBroker(
+                base / f"broker-{n}", {**FAST, **overrides, "node.id": str(n)}, log_level
+            )
             for n in range(1, size + 1)
         }
 

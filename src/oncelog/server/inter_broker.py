@@ -9,13 +9,17 @@ new one: a peer that restarted or stopped answering is found out by the next req
 Peers are reached on their `inter.broker.listener.name` listener (the host and port of their
 registration) with its protocol, as Kafka's brokers do: TLS with that listener's truststore,
 SASL with `sasl.mechanism.inter.broker.protocol` and the `username` / `password` of the
-listener's JAAS config (`ChannelSecurity`).
+listener's JAAS config (`ChannelSecurity`). A SASL session with a lifetime (the peer's
+`connections.max.reauth.ms`) is renewed on the same connection before it runs out, as Kafka's
+clients do (KIP-368): between two calls, once `security.reauth.ReauthSchedule` says it is due,
+a new SaslHandshake and SaslAuthenticate go out before the call's request.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import ssl
 import struct
 from collections import deque
@@ -26,18 +30,21 @@ from typing import Any
 
 from kio.serial import entity_reader
 
+from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig
 from oncelog.errors import InvalidConfig
 from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
 from oncelog.protocol.headers import API_VERSIONS_KEY
 from oncelog.security.jaas import client_login, parse_jaas
 from oncelog.security.plain import client_message
+from oncelog.security.reauth import ReauthSchedule
 from oncelog.security.sasl_errors import SaslFailed
 from oncelog.security.scram import ScramClient
 from oncelog.server.peer_connection import PeerConnection
 from oncelog.server.startup import StartupError
 from oncelog.server.tls import client_context
 
+log = logging.getLogger(__name__)
 MAX_RESPONSE_BYTES = 256 * 1024 * 1024
 
 
@@ -106,12 +113,16 @@ class BrokerChannel:
         client_id: str,
         security: ChannelSecurity | None = None,
         receive_buffer: int = -1,
+        clock: Clock | None = None,
     ) -> None:
         """`receive_buffer`: the connection's SO_RCVBUF, -1 for the OS default (Kafka's replica
         fetchers take replica.socket.receive.buffer.bytes, its marker sender and
-        AddPartitionsToTxn manager socket.receive.buffer.bytes)."""
+        AddPartitionsToTxn manager socket.receive.buffer.bytes). `clock` tells when the SASL
+        session is to be renewed."""
         self.node_id = node_id
         self.security = security
+        #: When the SASL session must be renewed (KIP-368); its count of re-authentications.
+        self.reauth = ReauthSchedule(clock if clock is not None else SystemClock())
         self.receive_buffer = receive_buffer
         #: Names the sending broker and its purpose, as Kafka's `broker-1-fetcher-0` does:
         #: the peer's logs (and fault-injecting proxies in tests) can tell who is calling.
@@ -161,6 +172,9 @@ class BrokerChannel:
                 if self._conn is None:
                     async with asyncio.timeout(timeout):
                         await self._connect()
+                elif self.reauth.due():
+                    async with asyncio.timeout(timeout):
+                        await self._reauthenticate()
                 return await self._timed_exchange(api_key, version, payload, timeout)
             except (
                 OSError, EOFError, TimeoutError, asyncio.IncompleteReadError, SaslFailed
@@ -201,11 +215,36 @@ class BrokerChannel:
 
     async def _connect(self) -> None:
         context = self.security.ssl_context if self.security is not None else None
+        self.reauth.reset()
         self._conn = await PeerConnection.open(
             self.host, self.port, MAX_RESPONSE_BYTES, context, self.receive_buffer
         )
         if self.security is not None and self.security.mechanism is not None:
             await self._authenticate(self.security)
+
+    async def _reauthenticate(self) -> None:
+        """Renew the SASL session on the open connection (KIP-368): no call is in flight, so
+        the peer reads the new SaslHandshake right after the last answer. A connection that
+        fails meanwhile is replaced by a new one with a first login, so the call goes on; a
+        refused login fails the call (SaslFailed), as a first one would."""
+        assert self.security is not None
+        try:
+            await self._authenticate(self.security)
+        except (OSError, EOFError) as exc:  # IncompleteReadError is an EOFError
+            log.info(
+                "re-authentication with broker %d failed (%s): reconnecting", self.node_id, exc
+            )
+            self.close()
+            await self._connect()
+            return
+        log.debug(
+            "re-authenticated with broker %d at %s:%d (%s, %d so far)",
+            self.node_id,
+            self.host,
+            self.port,
+            self.client_id.decode(),
+            self.reauth.reauthentications,
+        )
 
     async def _timed_exchange(
         self, api_key: int, version: int, payload: bytes, timeout: float
@@ -247,24 +286,27 @@ class BrokerChannel:
             self._conn.abort()
 
     async def _authenticate(self, security: ChannelSecurity) -> None:
-        """SaslHandshake v1, then SaslAuthenticate v2 rounds (SaslFailed on a refusal)."""
+        """SaslHandshake v1, then SaslAuthenticate v2 rounds (SaslFailed on a refusal); the
+        last answer's session lifetime schedules the next login."""
         mechanism = security.mechanism
         assert mechanism is not None
         shake = await self._request(SASL_HANDSHAKE, 1, {"mechanism": mechanism})
         if shake.error_code != 0:
             raise SaslFailed(f"{mechanism} refused by the peer (error {int(shake.error_code)})")
         if mechanism == "PLAIN":
-            await self._sasl_round(client_message(security.username, security.password))
-            return
-        scram = ScramClient(mechanism, security.username, security.password)
-        server_first = await self._sasl_round(scram.first())
-        scram.verify(await self._sasl_round(scram.final(server_first)))
+            last = await self._sasl_round(client_message(security.username, security.password))
+        else:
+            scram = ScramClient(mechanism, security.username, security.password)
+            server_first = await self._sasl_round(scram.first())
+            last = await self._sasl_round(scram.final(bytes(server_first.auth_bytes)))
+            scram.verify(bytes(last.auth_bytes))
+        self.reauth.authenticated(_lifetime_ms(last))
 
-    async def _sasl_round(self, token: bytes) -> bytes:
+    async def _sasl_round(self, token: bytes) -> Any:
         answer = await self._request(SASL_AUTHENTICATE, 2, {"auth_bytes": token})
         if answer.error_code != 0:
             raise SaslFailed(f"SASL login refused by the peer: {answer.error_message}")
-        return bytes(answer.auth_bytes)
+        return answer
 
     async def _request(self, api_key: int, version: int, body: Mapping[str, Any]) -> Any:
         payload = encode_entity(build(request_class(api_key, version), body))
@@ -296,6 +338,15 @@ class BrokerChannel:
         if self._conn is not None:
             self._conn.close()
         self._conn = None
+        self.reauth.reset()
         if self._watchdog is not None:
             self._watchdog.cancel()
             self._watchdog = None
+
+
+def _lifetime_ms(answer: Any) -> int:
+    """SaslAuthenticate v1+'s session_lifetime_ms (kio reads it as a timedelta)."""
+    lifetime = getattr(answer, "session_lifetime", None)
+    if lifetime is None:
+        return 0
+    return int(lifetime.total_seconds() * 1000)

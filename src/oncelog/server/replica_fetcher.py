@@ -139,6 +139,7 @@ class ReplicaFetcher:
                     f"broker-{self.node_id}-fetcher",
                     self.security,
                     self.receive_buffer,
+                    self.replicas.clock,
                 )
             try:
                 if not await self._round(channel, leader_id, link):
