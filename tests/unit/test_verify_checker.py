@@ -700,3 +700,43 @@ def test_an_anomaly_with_no_fault_active_names_the_next_one() -> None:
     (a,) = only(result, "lost-write")
     assert a.faults == () and a.next_fault == 2
     assert a.fault_note(result.faults) == "no fault active; next #2 kill broker 2"
+
+
+def test_unavailable_rf1_partition_is_not_an_anomaly_and_topics_are_kept_apart() -> None:
+    """A run spreads its writes over topics of RF 3, 2 and 1. While the one broker hosting an
+    RF 1 partition is down, sends to it time out or fail and a transaction writing to it
+    cannot commit (aborted instead): availability, not an anomaly. A committed transaction
+    spanning the three topics is read from each, in one poll. And the topics are kept apart:
+    the same value read in another topic does not stand for a write owed to RF 1's."""
+    h = H()
+    rf1, rf2 = f"{T}-rf1", f"{T}-rf2"
+    h.send("p", "a", 0)
+    h.send("p", "b", None, topic=rf1, phase="info")  # timed out: its broker was down
+    h.send("p", "c", None, topic=rf1, phase="fail")
+    h.txn("q", "begin", 1)
+    h.send("q", "y0", 1, txn=1)
+    h.send("q", "y1", None, topic=rf1, phase="info", txn=1)
+    h.txn("q", "commit", 1, phase="info")
+    h.txn("q", "abort", 1)
+    h.txn("q", "begin", 2)
+    h.send("q", "z0", 2, txn=2)
+    h.send("q", "z1", 0, topic=rf2, txn=2)
+    h.send("q", "z2", 0, topic=rf1, txn=2)
+    h.txn("q", "commit", 2)
+    recs = (Record(T, 0, 2, "z0"), Record(rf2, 0, 0, "z1"), Record(rf1, 0, 0, "z2"))
+    h.ops.append(Poll("c", 99, "invoke", "assign", "read_committed"))
+    h.ops.append(Poll("c", 99, "ok", "assign", "read_committed", recs))
+    h.final([(0, "a"), (1, "y0"), (2, "z0")], isolation="read_uncommitted")
+    h.final([(0, "z1")], topic=rf2, isolation="read_uncommitted")
+    h.final([(0, "z2")], topic=rf1, isolation="read_uncommitted")
+    assert h.check().ok, [a.to_json() for a in h.check().anomalies]
+    text = summary(h.check(), h.ops)
+    assert f"{rf1}  " in text and f"{rf2}  " in text
+    assert "committed transactions writing to 2+ topics: 1 of 1" in text
+    # z2 missing from RF 1's final read is unseen there, though RF 2's holds a record "z2".
+    h.ops[-1] = FinalRead(rf1, 0, "read_uncommitted", ())
+    h.ops[-2] = FinalRead(
+        rf2, 0, "read_uncommitted", (Record(rf2, 0, 0, "z1"), Record(rf2, 0, 1, "z2"))
+    )
+    (a,) = h.check().of_kind("unseen")
+    assert a.topic == rf1 and a.details["value"] == "z2"

@@ -17,7 +17,16 @@ from typing import Any
 from oncelog.cli import verify_transactions
 from oncelog.cli.console import BootstrapServers
 from oncelog.verify.checker import ALLOWED, CheckResult, check, write_report
-from oncelog.verify.history import HistoryError, Note, Op, Send, read_history
+from oncelog.verify.history import (
+    TOPIC_COUNTS,
+    HistoryError,
+    Note,
+    Op,
+    Send,
+    committed_topics,
+    per_topic,
+    read_history,
+)
 from oncelog.verify.timeline import write_timeline
 from oncelog.verify.workload import RunConfig, run
 
@@ -60,7 +69,10 @@ def add_parsers(sub: Any) -> None:
     rn.add_argument(
         "--replication-factor",
         type=int,
-        help="of the workload's topics (default 3 with --start-cluster, else 1)",
+        help="of the workload's topic (default: 1; with --start-cluster N, 3 or N if smaller,"
+        " plus topics TOPIC-rf2 and TOPIC-rf1 of RF 2 and 1 (those below it), so partitions"
+        " live on some brokers only and a transaction spans partitions its coordinator does"
+        " not host; an explicit value runs the one topic only)",
     )
     rn.add_argument(
         "--min-insync-replicas",
@@ -196,7 +208,11 @@ def summary(result: CheckResult, ops: list[Op] | None = None) -> str:
     stats = ", ".join(f"{k} {v}" for k, v in result.stats.items())
     counts = result.counts
     width = max(len(k) for k in counts)
-    lines = [f"history: {stats}", "", f"{'anomaly':<{width}}  count"]
+    lines = [f"history: {stats}", ""]
+    table = topic_table(ops) if ops else []
+    if table:
+        lines += [*table, ""]
+    lines.append(f"{'anomaly':<{width}}  count")
     lines += [f"{kind:<{width}}  {n}" for kind, n in counts.items()]
     lines.append(f"(allowed by Kafka's design, not checked: {', '.join(ALLOWED)})")
     seen: set[str] = set()
@@ -222,6 +238,25 @@ def summary(result: CheckResult, ops: list[Op] | None = None) -> str:
     lines.append("")
     lines.append(result.verdict)
     return "\n".join(lines)
+
+
+def topic_table(ops: list[Op]) -> list[str]:
+    """Per topic: sends, acknowledged, polled and final-read records; then how many committed
+    transactions wrote to more than one topic (a run spreads them over topics of several
+    replication factors, whose partitions several brokers lead)."""
+    topics = per_topic(ops)
+    if not topics:
+        return []
+    width = max(len("topic"), *(len(t) for t in topics))
+    lines = [f"{'topic':<{width}}  " + "  ".join(TOPIC_COUNTS)]
+    for topic, counts in topics.items():
+        cells = "  ".join(f"{counts[k]:>{len(k)}}" for k in TOPIC_COUNTS)
+        lines.append(f"{topic:<{width}}  {cells}")
+    spans = committed_topics(ops)
+    if len(topics) > 1 and spans:
+        wide = sum(len(t) > 1 for t in spans.values())
+        lines.append(f"committed transactions writing to 2+ topics: {wide} of {len(spans)}")
+    return lines
 
 
 #: The anomalies of copiers, whose notes (rewinds, rebalances) explain them.

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Literal, TypeAlias
@@ -490,6 +490,53 @@ def tally(ops: Iterable[Op]) -> Tally:
     for op in ops:
         t.add(op)
     return t
+
+
+#: The per-topic counts of `per_topic`, in display order.
+TOPIC_COUNTS = ("sends", "acknowledged", "polled_records", "final_read_records")
+
+
+def per_topic(ops: Sequence[Op]) -> dict[str, dict[str, int]]:
+    """Topic -> its sends (invoked or completed, once each), acknowledged sends (as ``Tally``
+    counts them), records polled and records in the final reads; topics in first-seen order.
+
+    Why: a run spreads its writes over topics of different replication factors; these show that
+    each was written and read (a topic nobody could write would hide behind the totals)."""
+    done = tally(ops)
+    out: dict[str, dict[str, int]] = {}
+    seen: set[tuple[str, int]] = set()
+
+    def of(topic: str) -> dict[str, int]:
+        return out.setdefault(topic, dict.fromkeys(TOPIC_COUNTS, 0))
+
+    for op in ops:
+        if isinstance(op, Send):
+            counts = of(op.topic)
+            if (op.process, op.index) not in seen:
+                seen.add((op.process, op.index))
+                counts["sends"] += 1
+            counts["acknowledged"] += done.acknowledged(op)
+        elif isinstance(op, Poll) and op.phase == "ok":
+            for r in op.records:
+                of(r.topic)["polled_records"] += 1
+        elif isinstance(op, FinalRead):
+            of(op.topic)["final_read_records"] += len(op.records)
+    return out
+
+
+def committed_topics(ops: Sequence[Op]) -> dict[int, set[str]]:
+    """Committed transaction -> the topics its acknowledged sends went to."""
+    committed = {
+        op.txn
+        for op in ops
+        if isinstance(op, Txn) and op.action == "commit" and op.phase == "ok"
+    }
+    out: dict[int, set[str]] = defaultdict(set)
+    for op in ops:
+        if isinstance(op, Send) and op.phase == "ok" and op.txn in committed:
+            assert op.txn is not None
+            out[op.txn].add(op.topic)
+    return dict(out)
 
 
 @dataclass(frozen=True, slots=True)

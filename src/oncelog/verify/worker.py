@@ -27,7 +27,12 @@ from oncelog.verify import history as h
 
 @dataclass(slots=True)
 class WorkerSpec:
-    """What one worker process runs; `txn_base` keeps transaction numbers unique per spawn."""
+    """What one worker process runs; `txn_base` keeps transaction numbers unique per spawn.
+
+    `topic` is the run's main topic (the copiers' input, the transactional ids' prefix);
+    `topics` every writable topic the producers spread their sends over (main first; empty:
+    the main topic only).
+    """
 
     role: str
     name: str
@@ -40,6 +45,7 @@ class WorkerSpec:
     txn_base: int
     generation_base: int = 0
     acks: str = "all"
+    topics: list[str] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps({k: getattr(self, k) for k in self.__slots__})
@@ -82,6 +88,7 @@ class WorkerRun:
 
     def __post_init__(self) -> None:
         self.topic = self.spec.topic
+        self.topics = list(self.spec.topics) or [self.spec.topic]
         self.output_topic = self.spec.output_topic
         self.bootstrap = self.spec.bootstrap
         self.per_client_rate = self.spec.per_client_rate
@@ -89,11 +96,7 @@ class WorkerRun:
             self.spec.partitions, self.spec.abort_probability, self.spec.acks
         )
         self.recorder = _StdoutRecorder(sys.stdout)
-        self._partition = itertools.count()
         self._txn = itertools.count(self.spec.txn_base + 1)
-
-    def next_partition(self) -> int:
-        return next(self._partition) % self.spec.partitions
 
     def next_txn(self) -> int:
         return next(self._txn)

@@ -75,7 +75,9 @@ class RunConfig:
     mock_cluster: bool = False
     #: Brokers of a cluster the tool starts (with etcd); 0: none.
     start_cluster: int = 0
-    #: Of the workload's topics; None: 3 on a cluster the tool starts, else 1.
+    #: Of the workload's main topic; None: 3 on a cluster the tool starts (or its size if
+    #: smaller), else 1. None on a started cluster of 2+ brokers also adds the spread topics
+    #: (`plan_topics`); a replication factor given keeps the run to its one topic.
     replication_factor: int | None = None
     #: None: 2, or the replication factor if smaller.
     min_insync_replicas: int | None = None
@@ -171,6 +173,38 @@ def classify(err: KafkaError | None) -> h.Phase:
     return "fail" if err.code() in DEFINITE_FAILURES else "info"
 
 
+#: The replication factors of the topics a started cluster's run adds next to its main one, when
+#: no replication factor was asked for (those below the main topic's).
+SPREAD_REPLICATION_FACTORS = (2, 1)
+
+
+def plan_topics(config: RunConfig, topic: str) -> list[tuple[str, int]]:
+    """The run's writable topics and their replication factors, the main topic first.
+
+    Why more than one: with RF = broker count every broker hosts every partition, so a bug that
+    holds only for partitions a broker does not host (AddPartitionsToTxn once checked the
+    coordinator's own logs) never shows. On a cluster the tool starts, without an explicit
+    replication factor, `TOPIC-rf2` and `TOPIC-rf1` (those below the main topic's RF) are
+    added, placed by the broker: most of their partitions live on brokers that are not a
+    given transaction's coordinator nor a given partition's leader elsewhere.
+    """
+    if config.start_cluster:
+        rf = config.replication_factor or min(3, config.start_cluster)
+    else:
+        rf = config.replication_factor or 1
+    planned = [(topic, rf)]
+    if config.start_cluster >= 2 and config.replication_factor is None:
+        planned += [(f"{topic}-rf{n}", n) for n in SPREAD_REPLICATION_FACTORS if n < rf]
+    return planned
+
+
+def spread(n: int, topics: list[str], partitions: int) -> tuple[str, int]:
+    """The n-th (topic, partition) of a writer's round robin (`Client.next_target`): the topic
+    changes at every step, so a transaction of a few sends spans topics, then the partition:
+    t0-p0, t1-p0, t2-p0, t0-p1, ..."""
+    return topics[n % len(topics)], (n // len(topics)) % partitions
+
+
 def create_topics(admin: AdminClient, topics: list[NewTopic]) -> None:
     """CreateTopics on a cluster the tool may just have started: the broker that places the
     replicas may not have seen every registration the Metadata answer listed yet
@@ -223,6 +257,7 @@ class Client(threading.Thread):
         self.generation = 0
         self.index = itertools.count()
         self.failure: BaseException | None = None
+        self._targets = itertools.count()
 
     @property
     def process(self) -> str:
@@ -231,6 +266,12 @@ class Client(threading.Thread):
     def restart_identity(self) -> None:
         self.generation += 1
         self.index = itertools.count()
+
+    def next_target(self) -> tuple[str, int]:
+        """The next (topic, partition) of this client's round robin over the run's writable
+        topics (`worker.spread`): a writer of its own, so that consecutive sends, those of one
+        transaction too, go to different topics whatever the other writers do."""
+        return spread(next(self._targets), self.run_.topics, self.run_.config.partitions)
 
     def pace(self, per_second: float, started: float, done: int) -> None:
         """Sleep so this client does `per_second` operations on average."""
@@ -251,7 +292,8 @@ class Client(threading.Thread):
 
 
 class IdempotentProducer(Client):
-    """Sends unique values to partitions round robin with enable.idempotence."""
+    """Sends unique values with enable.idempotence, round robin over the partitions of every
+    writable topic of the run (`Client.next_target`)."""
 
     def work(self) -> None:
         fatal = threading.Event()
@@ -268,7 +310,8 @@ class IdempotentProducer(Client):
                 self.restart_identity()
                 fatal.clear()
                 producer = self._with_error_cb(on_error)
-            self.send(producer, self.run_.next_partition(), None, None)
+            topic, partition = self.next_target()
+            self.send(producer, partition, None, None, topic)
             done += 1
             producer.poll(0)
             self.pace(self.run_.per_client_rate, started, done)
@@ -305,7 +348,8 @@ class IdempotentProducer(Client):
         topic: str | None = None,
         source: h.Source | None = None,
     ) -> None:
-        """Record the invocation, produce, and record the completion from the delivery report."""
+        """Record the invocation, produce, and record the completion from the delivery report
+        (`topic`: the run's main topic when None)."""
         index = next(self.index)
         process, topic = self.process, topic or self.run_.topic
         value = f"{process}-{index}"
@@ -347,7 +391,9 @@ class IdempotentProducer(Client):
 
 
 class TransactionalProducer(IdempotentProducer):
-    """Sends a few values per transaction, then commits or (with a probability) aborts."""
+    """Sends a few values per transaction, then commits or (with a probability) aborts; the
+    round robin spreads one transaction over the topics, hence over partitions led by several
+    brokers, most not its coordinator."""
 
     def transactional_id(self) -> str:
         return f"{self.run_.topic}-{self.base}"
@@ -413,7 +459,8 @@ class TransactionalProducer(IdempotentProducer):
                 continue
             try:
                 for _ in range(rng.randint(1, 5)):
-                    self.send(producer, self.run_.next_partition(), self.transactional_id(), txn)
+                    topic, partition = self.next_target()
+                    self.send(producer, partition, self.transactional_id(), txn, topic)
                     producer.poll(0)
                     done += 1
                     self.pace(self.run_.per_client_rate, started, done)
@@ -441,7 +488,8 @@ class TransactionalProducer(IdempotentProducer):
 
 
 class AssignConsumer(Client):
-    """Reads every partition from offset 0 with assign; each consume() call is one poll op.
+    """Reads every partition of every writable topic from offset 0 with assign; each consume()
+    call is one poll op, each record recorded under the topic it came from.
 
     With ``mode="subscribe"`` it subscribes instead, in a group of its own (so it gets every
     partition, from the earliest offset): the checker then skips the cross-poll order checks,
@@ -454,23 +502,24 @@ class AssignConsumer(Client):
         super().__init__(name, run)
         self.isolation: h.Isolation = isolation
         self.mode: h.Mode = mode
-        self.next_offsets: dict[int, int] = {}
+        self.next_offsets: dict[tuple[str, int], int] = {}
 
     def make(self) -> Consumer:
-        topic = self.run_.topic
+        topics = self.run_.topics
         consumer = new_consumer(
             self.run_.bootstrap,
-            f"{topic}-{self.process}",
+            f"{self.run_.topic}-{self.process}",
             self.isolation,
             self.process,
             **{"auto.offset.reset": "earliest"},
         )
         if self.mode == "subscribe":
-            consumer.subscribe([topic])
+            consumer.subscribe(list(topics))
             return consumer
         consumer.assign(
             [
-                CkTopicPartition(topic, p, self.next_offsets.get(p, 0))
+                CkTopicPartition(topic, p, self.next_offsets.get((topic, p), 0))
+                for topic in topics
                 for p in range(self.run_.config.partitions)
             ]
         )
@@ -508,12 +557,12 @@ class AssignConsumer(Client):
                 if err is not None:
                     errors.append(_error_text(err))
                     continue
-                partition, offset = m.partition(), m.offset()
-                assert partition is not None and offset is not None
+                topic, partition, offset = m.topic(), m.partition(), m.offset()
+                assert topic is not None and partition is not None and offset is not None
                 raw = m.value()
                 value = raw.decode() if isinstance(raw, bytes) else str(raw)
-                records.append(h.Record(self.run_.topic, partition, offset, value))
-                self.next_offsets[partition] = offset + 1
+                records.append(h.Record(topic, partition, offset, value))
+                self.next_offsets[(topic, partition)] = offset + 1
             phase: h.Phase = "ok" if records or not errors else "info"
             self.rec.write(
                 h.Poll(
@@ -749,16 +798,19 @@ def _committed_text(tp: CkTopicPartition) -> str:
 
 
 class Run:
-    """One workload run: topic, clients, fault schedule, final read."""
+    """One workload run: topics, clients, fault schedule, final read."""
 
     def __init__(self, config: RunConfig) -> None:
         self.config = config
         self.topic = config.topic or f"verify-{uuid.uuid4().hex[:8]}"
+        #: The writable topics (the main one first) and their replication factors.
+        self.planned = plan_topics(config, self.topic)
+        #: Their names: what producers write to and consumers and final reads read.
+        self.topics = [t for t, _ in self.planned]
         self.stop = threading.Event()
         self.faults_done = threading.Event()
         self.producers_done = threading.Event()
         self.output_topic = f"{self.topic}-out"
-        self._partition = itertools.count()
         self._txn = itertools.count(1)
         self._lock = threading.Lock()
         self.broker: LocalBroker | None = None
@@ -775,9 +827,10 @@ class Run:
         self.per_client_rate = config.rate / writers if writers else 0.0
         self.recorder: Recorder
 
-    def next_partition(self) -> int:
-        with self._lock:
-            return next(self._partition) % self.config.partitions
+    @property
+    def read_topics(self) -> list[str]:
+        """Every topic the run writes: the writable ones, and the copiers' output."""
+        return self.topics + ([self.output_topic] if self.config.copiers else [])
 
     def next_txn(self) -> int:
         with self._lock:
@@ -857,7 +910,7 @@ class Run:
     def wait_ready(self, timeout: float = 60.0) -> None:
         """Recovery: the topics' metadata is served with a leader for every partition."""
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        topics = [self.topic] + ([self.output_topic] if self.config.copiers else [])
+        topics = self.read_topics
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -880,17 +933,26 @@ class Run:
         return all(p.leader >= 0 for p in partitions.values())
 
     def create_topic(self) -> None:
+        """The planned topics and the copiers' output (the main topic's RF), default placement.
+
+        A spread topic gets min.insync.replicas of its own, no more than its replicas (the
+        cluster's, 2 by default, would refuse every acks=all write to an RF 1 topic).
+        """
         if self.mock is not None:  # the mock has no CreateTopics
-            self.mock.create_topic(self.topic, self.config.partitions)
-            if self.config.copiers:
-                self.mock.create_topic(self.output_topic, self.config.partitions)
+            for topic in self.read_topics:
+                self.mock.create_topic(topic, self.config.partitions)
             self.wait_ready()
             return
         admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        rf = self.config.replication_factor or (3 if self.config.start_cluster else 1)
-        topics = [NewTopic(self.topic, self.config.partitions, rf)]
-        if self.config.copiers:
-            topics.append(NewTopic(self.output_topic, self.config.partitions, rf))
+        main_rf = self.planned[0][1]
+        planned = self.planned + ([(self.output_topic, main_rf)] if self.config.copiers else [])
+        topics = []
+        for topic, rf in planned:
+            config = {}
+            if rf < main_rf:
+                min_isr = self.config.min_insync_replicas or min(2, main_rf)
+                config["min.insync.replicas"] = str(min(min_isr, rf))
+            topics.append(NewTopic(topic, self.config.partitions, rf, config=config))
         create_topics(admin, topics)
         self.wait_ready()
 
@@ -982,6 +1044,7 @@ class Run:
             name=name,
             bootstrap=self.bootstrap,
             topic=self.topic,
+            topics=list(self.topics),
             output_topic=self.output_topic,
             partitions=self.config.partitions,
             per_client_rate=self.per_client_rate,
@@ -1009,8 +1072,7 @@ class Run:
         for c in clients:
             c.join(90)
         self.wait_ready()
-        topics = [self.topic] + ([self.output_topic] if self.config.copiers else [])
-        for topic in topics:
+        for topic in self.read_topics:
             for p in range(self.config.partitions):
                 self.recorder.write(self.final_read(topic, p))
 
@@ -1047,7 +1109,7 @@ class Run:
             self.bootstrap = self.broker.bootstrap
         elif cfg.start_cluster:
             assert base is not None
-            rf = cfg.replication_factor or min(3, cfg.start_cluster)
+            rf = self.planned[0][1]
             self.cluster = LocalCluster(  # set before start: an interrupted start is closed too
                 base,
                 cfg.start_cluster,
@@ -1074,8 +1136,7 @@ class Run:
             self.create_topic()
             clients = self.clients()
             crashable = [c for c in clients if isinstance(c, ProcessClient)]
-            topics = [self.topic] + ([self.output_topic] if cfg.copiers else [])
-            self.roles = Roles(self.bootstrap, topics, self.transactional_ids)
+            self.roles = Roles(self.bootstrap, self.read_topics, self.transactional_ids)
             self.faults = make_faults(cfg.faults, self.broker, crashable, self.cluster, self.roles)
             sampler = threading.Thread(target=self.sample_leaders, daemon=True)
             sampler.start()
