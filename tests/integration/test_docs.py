@@ -1,0 +1,233 @@
+"""The shell commands of README.md and docs/*.md, run as written.
+
+A fenced block whose info string is `sh runnable` (```` ```sh runnable ````) is run here, with
+`bash -euo pipefail`, against one real broker (`oncelog serve` on 127.0.0.1, ephemeral port,
+HTTP listener on). Before a block runs, its text is rewritten for that broker: `127.0.0.1:9092`
+becomes the broker's address, `http://127.0.0.1:9644` its HTTP listener, `.venv/bin/` the test
+interpreter's bin directory, `examples/` and `bench/` the repository's, and `oncelog-data/` the broker's
+data dir. `$BOOTSTRAP` holds the broker's address too. The blocks of one page run in order, in
+one temporary directory of that page, so a block may use what an earlier one of its page made;
+pages do not share topics. A failing block fails its page's test with `file:line` and the
+block's output.
+
+Every other shell block (`sh`, `bash`, `shell`, `console`) must be listed in COVERED, keyed by
+its first line, with the test (or script) that runs what it shows: the blocks that start
+brokers, clusters, Spark or long runs. So no command in the docs drifts away from what runs.
+The convention is documented in docs/README.md.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.broker_process import BrokerProcess
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SHELL = {"sh", "bash", "shell", "console"}
+FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
+BLOCK_TIMEOUT_S = 120
+
+#: The shell blocks that cannot run against one throwaway broker in CI time, by first line,
+#: with what runs them instead: a test (path::name) or a script that .ci/run runs.
+COVERED: dict[str, str] = {
+    # README.md
+    "scripts/run-broker": "scripts/smoke-fresh-clone",
+    "scripts/test": ".ci/run",
+    "scripts/run-cluster      # etcd + brokers 1-3 on 127.0.0.1:9092-9094, data in ./oncelog-cluster": (
+        "tests/integration/test_cluster_admin.py::test_run_cluster_script"
+    ),
+    "scripts/run-pipeline              # 1,000 events, then run it again: it continues": (
+        "tests/spark/test_pipeline.py::test_kafka_sink_two_runs_from_one_checkpoint"
+    ),
+    ".venv/bin/oncelog verify run --start-broker --duration 30 --faults kill,pause \\": (
+        "tests/integration/test_verify_run.py::test_verify_run_with_faults_is_clean"
+    ),
+    # docs/configuration.md
+    ".venv/bin/oncelog serve --listen 127.0.0.1:0 --data-dir /tmp/ol     # port 0: any free port": (
+        "tests/integration/test_startup.py::test_missing_parents_are_created"
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Block:
+    path: Path
+    line: int  # of the opening fence
+    info: str
+    text: str
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+    @property
+    def language(self) -> str:
+        return self.info.split()[0] if self.info.split() else ""
+
+    @property
+    def runnable(self) -> bool:
+        return "runnable" in self.info.split()[1:]
+
+    @property
+    def first_line(self) -> str:
+        return next((line.strip() for line in self.text.splitlines() if line.strip()), "")
+
+
+def blocks(path: Path) -> list[Block]:
+    """The fenced blocks of a Markdown page (CommonMark fences, indented ones included)."""
+    found: list[Block] = []
+    lines = path.read_text().splitlines()
+    i = 0
+    while i < len(lines):
+        opening = FENCE.match(lines[i])
+        if opening is None:
+            i += 1
+            continue
+        indent, fence = opening["indent"], opening["fence"]
+        body: list[str] = []
+        j = i + 1
+        while j < len(lines):
+            closing = FENCE.match(lines[j])
+            if closing and closing["fence"].startswith(fence) and not closing["info"].strip():
+                break
+            line = lines[j]
+            body.append(line[len(indent) :] if line.startswith(indent) else line.lstrip())
+            j += 1
+        found.append(Block(path, i + 1, opening["info"].strip(), "\n".join(body) + "\n"))
+        i = j + 1
+    return found
+
+
+def shell_blocks() -> list[Block]:
+    return [b for page in PAGES for b in blocks(page) if b.language in SHELL]
+
+
+def test_every_shell_block_is_runnable_or_covered() -> None:
+    problems = []
+    seen: set[str] = set()
+    for block in shell_blocks():
+        if block.runnable:
+            continue
+        seen.add(block.first_line)
+        if block.first_line not in COVERED:
+            problems.append(
+                f"{block.where}: a shell block neither `sh runnable` nor in COVERED: "
+                f"{block.first_line!r}"
+            )
+    for first_line, target in COVERED.items():
+        if first_line not in seen:
+            problems.append(f"COVERED lists a block no page has: {first_line!r}")
+        path, _, name = target.partition("::")
+        if not (ROOT / path).is_file():
+            problems.append(f"COVERED names {target}, which does not exist")
+        elif name and not re.search(rf"^(async )?def {name}\(", (ROOT / path).read_text(), re.M):
+            problems.append(f"COVERED names {target}, which does not exist")
+    assert not problems, "\n".join(problems)
+
+
+NETWORK_TOOLS = re.compile(
+    r"\.venv/bin/oncelog (--log-level \w+ )?(topics|produce|consume|transactions|groups|cluster|"
+    r"configs|acls|users|get-offsets|delete-records|log-dirs|reassign-partitions|"
+    r"pipeline generate)\b"
+)
+
+
+def logical_lines(text: str) -> list[tuple[int, str]]:
+    """(offset of the first line, text) of each command, continuation lines joined."""
+    out: list[tuple[int, str]] = []
+    current: list[str] = []
+    start = 0
+    for n, line in enumerate(text.splitlines()):
+        if not current:
+            start = n
+        current.append(line.rstrip("\\").rstrip())
+        if not line.rstrip().endswith("\\"):
+            out.append((start, " ".join(current)))
+            current = []
+    return out
+
+
+def test_runnable_blocks_name_the_broker() -> None:
+    """A tool with no address would talk to whatever listens on 127.0.0.1:9092."""
+    problems = []
+    for block in shell_blocks():
+        if not block.runnable:
+            continue
+        for offset, command in logical_lines(block.text):
+            talks = NETWORK_TOOLS.search(command) or re.search(r"\bkcat\b", command)
+            if talks and "127.0.0.1:9092" not in command:
+                problems.append(f"{block.path.relative_to(ROOT)}:{block.line + 1 + offset}")
+    assert not problems, "commands without --bootstrap-server 127.0.0.1:9092: " + ", ".join(
+        problems
+    )
+
+
+@pytest.fixture(scope="module")
+def docs_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    data = tmp_path_factory.mktemp("docs-broker") / "oncelog-data"
+    broker = BrokerProcess(data, {"http.listeners": "http://127.0.0.1:0"}).start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def rewrite(text: str, broker: BrokerProcess) -> str:
+    console = re.search(r"console (http://\S+?)/?$", broker.ready_line)
+    assert console, broker.ready_line
+    bin_dir = Path(sys.executable).parent
+    out = text.replace("127.0.0.1:9092", broker.bootstrap)
+    out = out.replace("http://127.0.0.1:9644", console.group(1))
+    not_in_a_path = r"(?<![\w./-])"
+    out = re.sub(not_in_a_path + r"\.venv/bin/", lambda _: f"{bin_dir}/", out)
+    for folder in ("examples/", "bench/"):
+        out = re.sub(not_in_a_path + folder, lambda _, f=folder: f"{ROOT}/{f}", out)
+    out = re.sub(not_in_a_path + r"oncelog-data/", lambda _: f"{broker.data_dir}/", out)
+    return out
+
+
+def runnable_pages() -> list[Path]:
+    return [p for p in PAGES if any(b.runnable for b in blocks(p))]
+
+
+@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_runnable_blocks(
+    page: Path, docs_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    workdir = tmp_path_factory.mktemp(page.stem)
+    env = {**os.environ, "BOOTSTRAP": docs_broker.bootstrap}
+    for block in blocks(page):
+        if not block.runnable:
+            continue
+        started = time.monotonic()
+        try:
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", rewrite(block.text, docs_broker)],
+                cwd=workdir,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+                timeout=BLOCK_TIMEOUT_S,
+            )
+        except subprocess.TimeoutExpired as exc:
+            output = exc.output if isinstance(exc.output, str) else ""
+            pytest.fail(f"{block.where}: no end after {BLOCK_TIMEOUT_S} s\n{output}")
+        assert docs_broker.alive(), f"{block.where}: the broker died\n{docs_broker.log_tail()}"
+        assert done.returncode == 0, (
+            f"{block.where}: exit status {done.returncode} after "
+            f"{time.monotonic() - started:.1f} s\n{block.text}--- output:\n{done.stdout}"
+        )
