@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from oncelog.config import check_bootstrap
-from oncelog.errors import InvalidConfig
+from oncelog.errors import InvalidConfig, error_name
 
 #: What Kafka's tools print for a value that does not exist (no committed offset, no member).
 MISSING = "-"
@@ -59,6 +59,12 @@ def fail(message: str, status: int = 1) -> int:
     """Print one `Error: ...` line on stderr and return the exit status to use."""
     print(f"Error: {message}", file=sys.stderr)
     return status
+
+
+def coded(code: int, message: str) -> str:
+    """A broker's error code by Kafka's name and number, then what it means here:
+    `UNKNOWN_TOPIC_OR_PARTITION (3): Topic 't' does not exist.`"""
+    return f"{error_name(code)}: {message}"
 
 
 def describe_error(err: Any) -> str:

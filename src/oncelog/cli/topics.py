@@ -12,11 +12,13 @@ librdkafka's own log lines are silenced: an unreachable broker is one `Error:` l
 from __future__ import annotations
 
 import argparse
+import base64
 from typing import Any
 
 from oncelog.cli.console import (
     MISSING,
     add_bootstrap,
+    coded,
     describe_error,
     exits_quietly,
     fail,
@@ -24,10 +26,14 @@ from oncelog.cli.console import (
 )
 from oncelog.client import reassignments
 from oncelog.client.admin import Admin, LogDirInfo
+from oncelog.client.configs import TOPIC, describe_configs
 from oncelog.client.connection import ClientError
+from oncelog.errors import ErrorCode
 from oncelog.types import TopicPartition
 
 TIMEOUT_S = 10.0
+#: How long `describe` waits for each broker's DescribeLogDirs (asked concurrently).
+LOG_DIRS_TIMEOUT_S = 2.0
 
 
 def add_parsers(sub: Any) -> None:
@@ -144,9 +150,7 @@ def run_topics(args: argparse.Namespace) -> int:
                 except ValueError as exc:
                     return fail(str(exc), 2)
                 # confluent-kafka wants the count with an assignment (it sends -1 itself).
-                topic = NewTopic(
-                    args.topic, len(manual), replica_assignment=manual, config=configs
-                )
+                topic = NewTopic(args.topic, len(manual), replica_assignment=manual, config=configs)
             else:
                 topic = NewTopic(
                     args.topic, args.partitions, args.replication_factor, config=configs
@@ -155,9 +159,7 @@ def run_topics(args: argparse.Namespace) -> int:
         if args.action == "alter":
             try:
                 added = (
-                    replica_assignment(args.replica_assignment)
-                    if args.replica_assignment
-                    else None
+                    replica_assignment(args.replica_assignment) if args.replica_assignment else None
                 )
             except ValueError as exc:
                 return fail(str(exc), 2)
@@ -173,9 +175,11 @@ def run_topics(args: argparse.Namespace) -> int:
             for name in _names(admin, args.exclude_internal):
                 print(name)
             return 0
-        return _describe(admin, args)
+        return _describe(args)
     except (KafkaException, TimeoutError) as exc:
         return fail(describe_error(exc) or "no answer from the brokers in time")
+    except (ClientError, OSError) as exc:
+        return fail(str(exc))
 
 
 def _names(admin: Any, exclude_internal: bool) -> list[str]:
@@ -191,77 +195,91 @@ def _names(admin: Any, exclude_internal: bool) -> list[str]:
     return sorted(n for n in names if not futures[n].result(TIMEOUT_S).is_internal)
 
 
-def _describe(admin: Any, args: argparse.Namespace) -> int:
-    from confluent_kafka import KafkaException, TopicCollection
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
-
-    names = args.topic or _names(admin, exclude_internal=False)
-    if not names:
-        return 0
-    live = set(admin.list_topics(timeout=TIMEOUT_S).brokers)
-    filtered = args.under_replicated_partitions or args.unavailable_partitions
-    descriptions = admin.describe_topics(TopicCollection(names))
-    configs = admin.describe_configs([ConfigResource("topic", n) for n in names])
-    config_of = {resource.name: future for resource, future in configs.items()}
-    log_dirs, moves = _from_brokers(args.bootstrap_server, names)
-    status = 0
-    for name in names:
-        try:
-            topic = descriptions[name].result(TIMEOUT_S)
-        except KafkaException as exc:
-            if exc.args and getattr(exc.args[0], "name", lambda: "")() == "UNKNOWN_TOPIC_OR_PART":
-                status = fail(f"Topic '{name}' does not exist.")
-            else:
-                status = fail(f"topic '{name}': {describe_error(exc)}")
-            continue
-        if args.exclude_internal and topic.is_internal:
-            continue
-        partitions = sorted(topic.partitions, key=lambda p: p.id)
-        moving = {p.id: moves.get(TopicPartition(name, p.id)) for p in partitions}
-        if filtered:
-            for p in partitions:
-                if _selected(p, live, args, moving[p.id]):
-                    print(_partition_line(name, p, live, moving[p.id]))
-            continue
-        try:
-            entries = config_of[name].result(TIMEOUT_S).values()
-            overrides = ",".join(f"{e.name}={e.value}" for e in entries if not e.is_default)
-            policy = next((e.value for e in entries if e.name == "cleanup.policy"), "") or ""
-            compacted = "compact" in policy.split(",")
-        except (KafkaException, TimeoutError) as exc:
-            status = fail(f"configs of topic '{name}': {describe_error(exc) or 'no answer'}")
-            overrides, compacted = "", False
-        replication = _replication_factor(partitions[0], moving[0]) if partitions else 0
-        print(
-            f"Topic: {name}\tTopicId: {kafka_uuid(str(topic.topic_id))}\t"
-            f"PartitionCount: {len(partitions)}\tReplicationFactor: {replication}\t"
-            f"Configs: {overrides}"
-        )
-        for p in partitions:
-            print(
-                _partition_line(name, p, live, moving[p.id])
-                + _storage(log_dirs.get(TopicPartition(name, p.id)), compacted)
+def _describe(args: argparse.Namespace) -> int:
+    """Topics, partitions and sizes from the first bootstrap broker that answers, configs from
+    it too and sizes from each leader: what the live brokers know, even while the controller
+    or a leader has just died (librdkafka would wait for the controller)."""
+    try:
+        admin = _first_admin(args.bootstrap_server)
+    except (ClientError, OSError) as exc:
+        return fail(str(exc))
+    with admin:
+        metadata = admin.refresh_metadata(args.topic or None)
+        live = {int(b.node_id) for b in metadata.brokers}
+        by_name = {t.name: t for t in metadata.topics}
+        names = args.topic or sorted(by_name)
+        found = [n for n in names if n in by_name and int(by_name[n].error_code) == 0]
+        filtered = args.under_replicated_partitions or args.unavailable_partitions
+        log_dirs = {} if filtered else _sizes(admin, found)
+        moves = _moves(admin, found)
+        status = 0
+        for name in names:
+            topic = by_name.get(name)
+            code = (
+                int(topic.error_code) if topic is not None else ErrorCode.unknown_topic_or_partition
             )
+            if code == ErrorCode.unknown_topic_or_partition:
+                status = fail(coded(code, f"Topic '{name}' does not exist."))
+                continue
+            if code:
+                status = fail(coded(code, f"cannot describe topic '{name}'"))
+                continue
+            assert topic is not None
+            if args.exclude_internal and topic.is_internal:
+                continue
+            partitions = sorted(topic.partitions, key=lambda p: int(p.partition_index))
+            moving = {
+                int(p.partition_index): moves.get(TopicPartition(name, int(p.partition_index)))
+                for p in partitions
+            }
+            if filtered:
+                for p in partitions:
+                    if _selected(p, live, args, moving[int(p.partition_index)]):
+                        print(_partition_line(name, p, live, moving[int(p.partition_index)]))
+                continue
+            try:
+                entries = describe_configs(admin, TOPIC, name)
+                overrides = ",".join(
+                    f"{e.name}={e.value}" for e in entries if e.source != "DEFAULT_CONFIG"
+                )
+                policy = next((e.value for e in entries if e.name == "cleanup.policy"), "") or ""
+                compacted = "compact" in policy.split(",")
+            except (ClientError, OSError) as exc:
+                status = fail(f"configs of topic '{name}': {exc}")
+                overrides, compacted = "", False
+            replication = _replication_factor(partitions[0], moving[0]) if partitions else 0
+            print(
+                f"Topic: {name}\tTopicId: {topic_id(topic.topic_id)}\t"
+                f"PartitionCount: {len(partitions)}\tReplicationFactor: {replication}\t"
+                f"Configs: {overrides}"
+            )
+            for p in partitions:
+                index = int(p.partition_index)
+                print(
+                    _partition_line(name, p, live, moving[index])
+                    + _storage(log_dirs.get(TopicPartition(name, index)), compacted)
+                )
     return status
 
 
 def has_leader(p: Any, live: set[int]) -> bool:
-    """Kafka's check: a leader is named and its broker is alive."""
+    """Kafka's check: a leader is named and its broker is alive (a confluent-kafka
+    PartitionMetadata)."""
     return p.leader is not None and p.leader.id >= 0 and p.leader.id in live
 
 
 def _replication_factor(p: Any, move: reassignments.OngoingMove | None) -> int:
     """Kafka's: replicas being added to a moving partition do not count yet."""
-    return len(p.replicas) - (len(move.adding) if move is not None else 0)
+    return len(p.replica_nodes) - (len(move.adding) if move is not None else 0)
 
 
 def _selected(
     p: Any, live: set[int], args: argparse.Namespace, move: reassignments.OngoingMove | None
 ) -> bool:
-    under = len(p.isr) < _replication_factor(p, move)
+    under = len(p.isr_nodes) < _replication_factor(p, move)
+    led = int(p.leader_id) >= 0 and int(p.leader_id) in live
     return bool(
-        (args.under_replicated_partitions and under)
-        or (args.unavailable_partitions and not has_leader(p, live))
+        (args.under_replicated_partitions and under) or (args.unavailable_partitions and not led)
     )
 
 
@@ -289,37 +307,51 @@ def partition_line(topic: str, partition: int, leader: int, replicas: list[int],
 def _partition_line(
     name: str, p: Any, live: set[int], move: reassignments.OngoingMove | None
 ) -> str:
-    leader = p.leader.id if p.leader is not None else -1
+    """The line of a Metadata response's partition."""
     return partition_line(
-        name, p.id, leader, [n.id for n in p.replicas], [n.id for n in p.isr], live, move
+        name,
+        int(p.partition_index),
+        int(p.leader_id),
+        [int(n) for n in p.replica_nodes],
+        [int(n) for n in p.isr_nodes],
+        live,
+        move,
     )
 
 
 Moves = dict[TopicPartition, reassignments.OngoingMove]
 
 
-def _from_brokers(
-    bootstrap: str, names: list[str]
-) -> tuple[dict[TopicPartition, LogDirInfo], Moves]:
-    """The partitions' sizes and cleaner state (one request per broker for all topics
-    shown) and their moves in progress; none (sizes printed as `-`) when the brokers cannot
-    say (a broker without ListPartitionReassignments has no moves to show)."""
-    for entry in bootstrap.split(","):  # the first broker that answers (some may be down)
+def _first_admin(bootstrap: str) -> Admin:
+    """An `oncelog.client` admin on the first bootstrap broker that answers (some may be
+    down); the last one's ClientError if none does."""
+    error: Exception = ClientError(f"no broker in {bootstrap!r}")
+    for entry in bootstrap.split(","):
         try:
-            with Admin(entry.strip(), timeout=TIMEOUT_S) as admin:
-                log_dirs = admin.describe_log_dirs(names)
-                try:
-                    moves = {
-                        tp: move
-                        for tp, move in reassignments.ongoing(admin).items()
-                        if tp.topic in names
-                    }
-                except ClientError:
-                    moves = {}
-                return log_dirs, moves
-        except (ClientError, OSError):
-            continue
-    return {}, {}
+            return Admin(entry.strip(), timeout=TIMEOUT_S)
+        except (ClientError, OSError) as exc:
+            error = exc
+    raise error
+
+
+def _sizes(admin: Admin, names: list[str]) -> dict[TopicPartition, LogDirInfo]:
+    """The partitions' sizes and cleaner state: one DescribeLogDirs per leader, all at once.
+    A partition whose leader does not answer within LOG_DIRS_TIMEOUT_S (one just killed) has
+    no size (`-`); the others keep theirs."""
+    try:
+        return admin.describe_log_dirs(names, node_timeout=LOG_DIRS_TIMEOUT_S)
+    except (ClientError, OSError):
+        return {}
+
+
+def _moves(admin: Admin, names: list[str]) -> Moves:
+    """The partitions' moves in progress; none from a broker without
+    ListPartitionReassignments (or a controller that does not answer)."""
+    try:
+        ongoing = reassignments.ongoing(admin)
+    except (ClientError, OSError):
+        return {}
+    return {tp: move for tp, move in ongoing.items() if tp.topic in names}
 
 
 def _storage(info: LogDirInfo | None, compacted: bool) -> str:
@@ -336,6 +368,14 @@ def _storage(info: LogDirInfo | None, compacted: bool) -> str:
     if compacted or ratio != MISSING:
         out += f"\tDirtyRatio: {ratio}\tLastCleaned: {cleaned}"
     return out
+
+
+def topic_id(value: Any) -> str:
+    """A topic id (a UUID) as Kafka prints it: URL-safe base64 of its 16 bytes, unpadded."""
+    if value is None:
+        return MISSING
+    raw = value.bytes if hasattr(value, "bytes") else bytes(value)
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def kafka_uuid(text: str) -> str:

@@ -6,6 +6,8 @@ transaction coordinator)."""
 from __future__ import annotations
 
 import ssl
+import threading
+import time
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -139,6 +141,11 @@ class Admin:
             )
         return conn
 
+    def any_node(self) -> Connection:
+        """The broker this admin bootstrapped from: it answered, so any request any broker
+        can answer (topic configs, the cluster default) goes there."""
+        return self._bootstrap
+
     def all_nodes(self) -> list[Connection]:
         return [self.node(n) for n in sorted(self._nodes)]
 
@@ -258,10 +265,13 @@ class Admin:
         return int(response.markers[0].topics[0].partitions[0].error_code)
 
     def describe_log_dirs(
-        self, topics: list[str] | None = None
+        self, topics: list[str] | None = None, node_timeout: float | None = None
     ) -> dict[TopicPartition, LogDirInfo]:
         """Each partition's replica on its leader (all topics when `topics` is None), one
-        DescribeLogDirs request per broker; partitions no leader reported are left out."""
+        DescribeLogDirs request per broker, all brokers at once; partitions no leader
+        reported are left out. With `node_timeout`, a broker that cannot answer within it (one
+        just killed, a stopped one) only leaves its partitions out, on its own connection;
+        without, its error is raised (ClientError, OSError)."""
         out: dict[TopicPartition, LogDirInfo] = {}
         requests: dict[int, dict[str, list[int]] | None] = {}
         if topics is None:
@@ -270,8 +280,12 @@ class Admin:
             led = [tp for tp in self.leaders if tp.topic in topics and self.leaders[tp] >= 0]
             for node_id, wanted in self.by_leader(sorted(led)).items():
                 requests[node_id] = dict(wanted)
-        for node_id, wanted_topics in requests.items():
-            for log_dir in self.broker_log_dirs(node_id, wanted_topics):
+        if node_timeout is None:
+            answers = {n: self.broker_log_dirs(n, wanted) for n, wanted in requests.items()}
+        else:
+            answers = self._log_dirs_of_each(requests, node_timeout)
+        for node_id, log_dirs in answers.items():
+            for log_dir in log_dirs:
                 if log_dir.error_code != 0:
                     continue  # an offline log dir (KAFKA_STORAGE_ERROR) lists no partitions
                 for r in log_dir.replicas:
@@ -282,15 +296,55 @@ class Admin:
                     )
         return out
 
+    def _log_dirs_of_each(
+        self, requests: dict[int, dict[str, list[int]] | None], node_timeout: float
+    ) -> dict[int, list[LogDirDescription]]:
+        """broker_log_dirs of every broker in `requests` concurrently, each on a connection of
+        its own with `node_timeout`; the brokers that answered within about that time."""
+        answers: dict[int, list[LogDirDescription]] = {}
+
+        def ask(node_id: int, wanted: dict[str, list[int]] | None) -> None:
+            host, port = self._nodes[node_id]
+            try:
+                conn = Connection(host, port, timeout=node_timeout, sasl=self._sasl, tls=self._tls)
+            except (ClientError, OSError):
+                return
+            try:
+                answers[node_id] = self._log_dirs_via(conn, node_id, wanted)
+            except (ClientError, OSError):
+                pass
+            finally:
+                conn.close()
+
+        # Daemon threads: one stuck on a broker that does not answer never holds up the exit.
+        threads = [
+            threading.Thread(target=ask, args=(n, wanted), daemon=True)
+            for n, wanted in requests.items()
+            if n in self._nodes
+        ]
+        for thread in threads:
+            thread.start()
+        # A connection's timeout applies to its connect and to each of its two requests.
+        deadline = time.monotonic() + 3 * node_timeout + 1
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        return dict(answers)
+
     def broker_log_dirs(
         self, node_id: int, topics: dict[str, list[int]] | None = None
     ) -> list[LogDirDescription]:
         """One DescribeLogDirs to broker `node_id`: every log dir it has, with the replicas
         of `topics` (topic -> partitions; None: every replica) it holds in each."""
+        return self._log_dirs_via(self.node(node_id), node_id, topics)
+
+    @staticmethod
+    def _log_dirs_via(
+        conn: Connection, node_id: int, topics: dict[str, list[int]] | None
+    ) -> list[LogDirDescription]:
         entries = None
         if topics is not None:
             entries = [{"topic": t, "partitions": ps} for t, ps in topics.items()]
-        response = self.node(node_id).call(DESCRIBE_LOG_DIRS, (1, 4), {"topics": entries})
+        response = conn.call(DESCRIBE_LOG_DIRS, (1, 4), {"topics": entries})
         if int(getattr(response, "error_code", 0)) != 0:
             raise ClientError(
                 f"broker {node_id} cannot describe its log dirs: "

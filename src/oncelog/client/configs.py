@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from oncelog.client.admin import Admin
-from oncelog.client.connection import ClientError
+from oncelog.client.connection import ClientError, Connection
 from oncelog.errors import error_name
 from oncelog.types import TopicPartition
 
@@ -37,8 +37,9 @@ class ConfigInfo:
     synonyms: tuple[tuple[str, str | None, str], ...]
 
 
-def _node_for(admin: Admin, resource_type: int, name: str) -> int:
-    """A BROKER resource goes to that broker; the default and topics to any broker."""
+def _node_for(admin: Admin, resource_type: int, name: str) -> Connection:
+    """A BROKER resource goes to that broker; the default and topics to the broker the admin
+    bootstrapped from (it answered; the lowest-numbered broker may be down)."""
     if resource_type == BROKER and name:
         try:
             node_id = int(name)
@@ -46,13 +47,17 @@ def _node_for(admin: Admin, resource_type: int, name: str) -> int:
             raise ClientError(f"broker id must be an integer, not {name!r}") from None
         if node_id not in admin.node_ids():
             raise ClientError(f"no broker {node_id} in the cluster")
-        return node_id
-    return admin.node_ids()[0]
+        return admin.node(node_id)
+    return admin.any_node()
 
 
 def _check(code: int, message: str | None, what: str) -> None:
+    """A refused resource as ClientError: Kafka's error name and code, then the broker's
+    message: `INVALID_CONFIG (40): cannot alter 't': Invalid value ...`."""
     if code != 0:
-        raise ClientError(f"{what}: {message or error_name(code)}")
+        raise ClientError(
+            f"{error_name(code)}: {what}: {message}" if message else f"{error_name(code)}: {what}"
+        )
 
 
 def describe_configs(admin: Admin, resource_type: int, name: str) -> list[ConfigInfo]:
@@ -63,7 +68,7 @@ def describe_configs(admin: Admin, resource_type: int, name: str) -> list[Config
         "include_synonyms": True,
         "include_documentation": False,
     }
-    node = admin.node(_node_for(admin, resource_type, name))
+    node = _node_for(admin, resource_type, name)
     response = node.call(DESCRIBE_CONFIGS, (1, 4), body)
     result = response.results[0]
     _check(int(result.error_code), result.error_message, f"cannot describe {name!r}")
@@ -100,7 +105,7 @@ def alter_configs(
         ],
         "validate_only": validate_only,
     }
-    node = admin.node(_node_for(admin, resource_type, name))
+    node = _node_for(admin, resource_type, name)
     response = node.call(INCREMENTAL_ALTER_CONFIGS, (0, 1), body)
     result = response.responses[0]
     _check(int(result.error_code), result.error_message, f"cannot alter {name!r}")
