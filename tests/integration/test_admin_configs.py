@@ -322,7 +322,8 @@ def test_configs_command_like_kafka_configs(broker: BrokerProcess, admin: AdminC
     )  # fmt: skip
     assert bad.returncode == 1
     assert bad.stderr.splitlines() == [
-        f"Error: cannot alter '{topic}': Invalid value 'forever' for configuration retention.ms"
+        f"Error: INVALID_CONFIG (40): cannot alter '{topic}': "
+        "Invalid value 'forever' for configuration retention.ms"
     ]
     static = refused(
         "--alter", "--entity-type", "brokers", "--entity-name", "1", "--add-config", "log.dirs=/x"

@@ -236,7 +236,10 @@ def test_reset_offsets_on_a_stopped_group_and_refused_on_an_active_one(
     done = oncelog(*base, "--topic", topic, "--to-latest", "--dry-run")
     assert done.stdout.split()[-1] == "10" and done.stderr == ""
     done = oncelog(*base, "--topic", f"{topic}:0,5", "--to-latest")
-    assert (done.returncode, done.stderr) == (1, f"Error: Topic '{topic}' has no partition 5.\n")
+    assert (done.returncode, done.stderr) == (
+        1,
+        f"Error: UNKNOWN_TOPIC_OR_PARTITION (3): Topic '{topic}' has no partition 5.\n",
+    )
     done = oncelog(*base, "--topic", topic, "--to-offset", "1000", "--dry-run")
     assert done.stdout.split()[-1] == "10"
     assert "is higher than latest offset" in done.stderr
@@ -273,7 +276,9 @@ def test_reset_offsets_usage_and_one_line_errors(gbroker: BrokerProcess) -> None
     assert usage.returncode == 2 and usage.stderr.startswith("Error: --to-datetime")
     missing = oncelog(*base, "--topic", "no-such-topic", "--to-earliest")
     assert missing.returncode == 1
-    assert missing.stderr.strip() == "Error: Topic 'no-such-topic' does not exist."
+    assert missing.stderr.strip() == (
+        "Error: UNKNOWN_TOPIC_OR_PARTITION (3): Topic 'no-such-topic' does not exist."
+    )
 
 
 def test_groups_delete_and_delete_offsets(gbroker: BrokerProcess, admin: AdminClient) -> None:

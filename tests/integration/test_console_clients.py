@@ -160,7 +160,10 @@ def test_consume_usage_errors_in_kafkas_words(
 
 def test_consume_of_a_missing_topic_names_the_code(broker: BrokerProcess) -> None:
     code, _, err = run(broker, "consume", "nosuch", "--timeout-ms", "100")
-    assert (code, err) == (1, "Error: UNKNOWN_TOPIC_OR_PART (3): Topic 'nosuch' does not exist.\n")
+    assert (code, err) == (
+        1,
+        "Error: UNKNOWN_TOPIC_OR_PARTITION (3): Topic 'nosuch' does not exist.\n",
+    )
 
 
 def test_produce_names_the_brokers_error_at_once(broker: BrokerProcess) -> None:

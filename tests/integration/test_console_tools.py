@@ -92,7 +92,8 @@ def test_topics_describe_has_id_replication_factor_and_configs(broker: BrokerPro
     assert lines[2].startswith("Topic: plain\t") and "PartitionCount: 2" in lines[2]
 
     code, _, err = run(broker, "topics", "describe", "absent")
-    assert code == 1 and err.strip() == "Error: Topic 'absent' does not exist."
+    assert code == 1
+    assert err.strip() == "Error: UNKNOWN_TOPIC_OR_PARTITION (3): Topic 'absent' does not exist."
 
 
 def test_groups_describe_like_kafka_consumer_groups(broker: BrokerProcess) -> None:
@@ -145,7 +146,9 @@ def test_groups_describe_like_kafka_consumer_groups(broker: BrokerProcess) -> No
 
     code, out, err = run(broker, "groups", "describe", "no-such-group")
     assert code != 0 and out == ""
-    assert err.strip() == "Error: Consumer group 'no-such-group' does not exist."
+    assert err.strip() == (
+        "Error: GROUP_ID_NOT_FOUND (69): Consumer group 'no-such-group' does not exist."
+    )
 
 
 def test_transactions_describe_names_the_error(broker: BrokerProcess) -> None:

@@ -232,13 +232,13 @@ def test_values_the_broker_refuses(broker: SecureBroker, kafka_python: Admin) ->
         "--add-config", "producer_byte_rate=1.5",
     ) == (
         "Error: cannot alter the quotas of user-principal 'frank': "
-        "producer_byte_rate cannot be a fractional value."
+        "INVALID_REQUEST (42): producer_byte_rate cannot be a fractional value."
     )  # fmt: skip
     assert refused(
         broker, 1, "--alter", "--client", "frank-app", "--add-config", "consumer_byte_rate=0"
     ) == (
         "Error: cannot alter the quotas of client-id 'frank-app': "
-        "Quota consumer_byte_rate must be greater than 0"
+        "INVALID_REQUEST (42): Quota consumer_byte_rate must be greater than 0"
     )
     line = refused(
         broker, 1, "--alter", "--user", "frank", "--add-config", "controller_mutation_rate=5"

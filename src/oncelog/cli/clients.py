@@ -21,7 +21,8 @@ from collections.abc import Callable
 from typing import Any
 
 from oncelog.cli import topics
-from oncelog.cli.console import add_bootstrap, describe_error, exits_quietly, fail
+from oncelog.cli.console import add_bootstrap, coded, describe_error, exits_quietly, fail
+from oncelog.errors import ErrorCode
 
 #: Kafka's console consumer's group when none is given: this prefix and a random number.
 RANDOM_GROUP_PREFIX = "console-consumer-"
@@ -32,8 +33,9 @@ METADATA_TIMEOUT_S = 10.0
 #: (the group's join; a broker delays the first one by group.initial.rebalance.delay.ms).
 JOIN_WAIT_MS = 30_000
 FLUSH_TIMEOUT_S = 30.0
-#: librdkafka's error codes the tool looks at.
-_INVALID_RECORD = 87
+#: Kafka's error codes the tools look at.
+_UNKNOWN_TOPIC = int(ErrorCode.unknown_topic_or_partition)
+_INVALID_RECORD = int(ErrorCode.invalid_record)
 #: Kafka's words for a record without a key sent to a compacted topic (LogValidator).
 KEYLESS_COMPACTED = "Compacted topic cannot accept message without key in topic partition {}"
 
@@ -250,9 +252,7 @@ class _Deliveries:
             text = first
             if code == _INVALID_RECORD and self.keyless_invalid and compacted():
                 partition = self.keyless_invalid[0]
-                text = f"INVALID_RECORD ({code}): " + KEYLESS_COMPACTED.format(
-                    f"{topic}-{partition}"
-                )
+                text = coded(code, KEYLESS_COMPACTED.format(f"{topic}-{partition}"))
             out.append(text if count == 1 else f"{text} ({count} messages)")
         return out
 
@@ -313,15 +313,15 @@ def _check_topic(client: Any, topic: str, partition: int) -> str | None:
         return f"{describe_error(exc)} (topic '{topic}')"
     found = metadata.topics.get(topic)
     if found is None:
-        return f"UNKNOWN_TOPIC_OR_PART (3): Topic '{topic}' is not in the brokers' metadata."
+        return coded(_UNKNOWN_TOPIC, f"Topic '{topic}' is not in the brokers' metadata.")
     if found.error is not None and found.error.code() != KafkaError.LEADER_NOT_AVAILABLE:
         if found.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            return f"UNKNOWN_TOPIC_OR_PART (3): Topic '{topic}' does not exist."
+            return coded(_UNKNOWN_TOPIC, f"Topic '{topic}' does not exist.")
         return f"{describe_error(found.error)} (topic '{topic}')"
     if partition >= 0 and found.partitions and partition not in found.partitions:
-        return (
-            f"UNKNOWN_PARTITION: topic '{topic}' has no partition {partition} "
-            f"(it has {len(found.partitions)})"
+        return coded(
+            _UNKNOWN_TOPIC,
+            f"Topic '{topic}' has no partition {partition} (it has {len(found.partitions)}).",
         )
     return None
 
@@ -454,15 +454,16 @@ class _Reader:
         metadata = self.consumer.list_topics(args.topic, timeout=METADATA_TIMEOUT_S)
         topic = metadata.topics.get(args.topic)
         if topic is None or topic.error is not None:
-            if topic is None or topic.error is None or topic.error.code() == 3:
-                return f"UNKNOWN_TOPIC_OR_PART (3): Topic '{args.topic}' does not exist."
+            if topic is None or topic.error is None or topic.error.code() == _UNKNOWN_TOPIC:
+                return coded(_UNKNOWN_TOPIC, f"Topic '{args.topic}' does not exist.")
             return f"{describe_error(topic.error)} (topic '{args.topic}')"
         if args.partition:
             unknown = sorted(set(args.partition) - set(topic.partitions))
             if unknown:
-                return (
-                    f"UNKNOWN_PARTITION: topic '{args.topic}' has no partition {unknown[0]} "
-                    f"(it has {len(topic.partitions)})"
+                return coded(
+                    _UNKNOWN_TOPIC,
+                    f"Topic '{args.topic}' has no partition {unknown[0]} "
+                    f"(it has {len(topic.partitions)}).",
                 )
             self.consumer.assign(
                 [KafkaTopicPartition(args.topic, p, offset) for p in sorted(set(args.partition))]

@@ -14,8 +14,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from oncelog.cli.console import add_bootstrap, describe_error, exits_quietly, fail
+from oncelog.cli.console import add_bootstrap, coded, describe_error, exits_quietly, fail
 from oncelog.cli.topics import admin_client, partition_line
+from oncelog.errors import ErrorCode
 
 TIMEOUT_S = 10.0
 
@@ -113,7 +114,14 @@ def _elect(admin: Any, args: argparse.Namespace) -> int:
             metadata = admin.list_topics(args.topic, timeout=TIMEOUT_S)
             topic = metadata.topics.get(args.topic)
             if topic is None or topic.error is not None:
-                return fail(f"Topic '{args.topic}' does not exist.")
+                if topic is not None and topic.error.code() != ErrorCode.unknown_topic_or_partition:
+                    return fail(f"{describe_error(topic.error)} (topic '{args.topic}')")
+                return fail(
+                    coded(
+                        ErrorCode.unknown_topic_or_partition,
+                        f"Topic '{args.topic}' does not exist.",
+                    )
+                )
             wanted = sorted(topic.partitions)
         partitions = [KafkaTopicPartition(args.topic, p) for p in wanted]
     results = admin.elect_leaders(ElectionType[kind], partitions).result(TIMEOUT_S)

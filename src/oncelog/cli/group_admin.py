@@ -18,11 +18,11 @@ import sys
 from datetime import datetime
 from typing import Any
 
-from oncelog.cli.console import add_bootstrap, describe_error, fail, print_table
+from oncelog.cli.console import add_bootstrap, coded, describe_error, fail, print_table
 from oncelog.client.admin import Admin
 from oncelog.client.configs import delete_offsets
 from oncelog.client.connection import ClientError
-from oncelog.errors import error_name
+from oncelog.errors import ErrorCode, error_name
 from oncelog.types import TopicPartition
 
 TIMEOUT_S = 10.0
@@ -132,12 +132,19 @@ def _partitions(client: Any, specs: list[str]) -> list[TopicPartition]:
         topic, wanted = parse_topic(spec)
         found = metadata.topics.get(topic)
         if found is None or found.error is not None:
-            raise CommandError(f"Topic '{topic}' does not exist.")
+            raise CommandError(
+                coded(ErrorCode.unknown_topic_or_partition, f"Topic '{topic}' does not exist.")
+            )
         if wanted is None:
             wanted = sorted(found.partitions)
         for p in wanted:
             if p not in found.partitions:
-                raise CommandError(f"Topic '{topic}' has no partition {p}.")
+                raise CommandError(
+                    coded(
+                        ErrorCode.unknown_topic_or_partition,
+                        f"Topic '{topic}' has no partition {p}.",
+                    )
+                )
             out.append(TopicPartition(topic, p))
     return out
 

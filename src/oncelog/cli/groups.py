@@ -17,6 +17,7 @@ from oncelog.cli import group_admin
 from oncelog.cli.console import (
     MISSING,
     add_bootstrap,
+    coded,
     describe_error,
     exits_quietly,
     fail,
@@ -24,6 +25,7 @@ from oncelog.cli.console import (
 )
 from oncelog.client.admin import Admin
 from oncelog.client.connection import ClientError
+from oncelog.errors import ErrorCode
 from oncelog.types import TopicPartition
 
 TIMEOUT_S = 10.0
@@ -115,11 +117,15 @@ def _describe(client: Any, admin: Admin, group: str, isolation: str) -> int:
         description = client.describe_consumer_groups([group])[group].result(TIMEOUT_S)
     except KafkaException as exc:
         if getattr(exc.args[0], "name", lambda: "")() == "GROUP_ID_NOT_FOUND":
-            return fail(f"Consumer group '{group}' does not exist.")
+            return fail(
+                coded(ErrorCode.group_id_not_found, f"Consumer group '{group}' does not exist.")
+            )
         return fail(f"Consumer group '{group}': {describe_error(exc)}")
     state = description.state.name if description.state else "UNKNOWN"
     if state == "DEAD":
-        return fail(f"Consumer group '{group}' does not exist.")
+        return fail(
+            coded(ErrorCode.group_id_not_found, f"Consumer group '{group}' does not exist.")
+        )
     if state == "EMPTY":
         print(f"Consumer group '{group}' has no active members.", file=sys.stderr)
     elif state in REBALANCING:

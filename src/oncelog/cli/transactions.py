@@ -18,6 +18,7 @@ from oncelog.cli import groups
 from oncelog.cli.console import (
     MISSING,
     add_bootstrap,
+    coded,
     duration,
     exits_quietly,
     fail,
@@ -27,7 +28,7 @@ from oncelog.cli.console import (
 from oncelog.client.admin import Admin, ProducerInfo
 from oncelog.client.connection import ClientError
 from oncelog.client.transactions import find_hanging
-from oncelog.errors import error_name
+from oncelog.errors import ErrorCode, error_name
 from oncelog.types import TopicPartition
 
 
@@ -131,7 +132,7 @@ def _describe(admin: Admin, args: argparse.Namespace) -> int:
 def _describe_producers(admin: Admin, args: argparse.Namespace) -> int:
     tp = TopicPartition(args.topic, args.partition)
     if tp not in admin.leaders:
-        return fail(f"partition {tp} does not exist")
+        return fail(coded(ErrorCode.unknown_topic_or_partition, f"Partition {tp} does not exist."))
     rows = [
         (
             p.producer_id,
@@ -162,7 +163,9 @@ def _now_ms() -> int:
 def _find_hanging(admin: Admin, args: argparse.Namespace) -> int:
     missing = [t for t in args.topic or [] if t not in admin.topics()]
     if missing:
-        return fail(f"topic '{missing[0]}' does not exist")
+        return fail(
+            coded(ErrorCode.unknown_topic_or_partition, f"Topic '{missing[0]}' does not exist.")
+        )
     hanging = find_hanging(admin, args.topic, args.max_transaction_timeout_ms)
     now = _now_ms()
     rows = [
@@ -195,7 +198,7 @@ def _find_hanging(admin: Admin, args: argparse.Namespace) -> int:
 def _abort(admin: Admin, args: argparse.Namespace) -> int:
     tp = TopicPartition(args.topic, args.partition)
     if tp not in admin.leaders:
-        return fail(f"partition {tp} does not exist")
+        return fail(coded(ErrorCode.unknown_topic_or_partition, f"Partition {tp} does not exist."))
     open_txns = sorted(
         (p for p in admin.describe_producers([tp]) if p.txn_start_offset >= 0),
         key=lambda p: p.txn_start_offset,

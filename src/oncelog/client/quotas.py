@@ -59,7 +59,11 @@ def describe_client_quotas(
     response = admin.node(_any_node(admin)).call(DESCRIBE_CLIENT_QUOTAS, (0, 1), body)
     code = int(response.error_code)
     if code != 0:
-        raise ClientError(response.error_message or error_name(code))
+        raise ClientError(
+            f"{error_name(code)}: {response.error_message}"
+            if response.error_message
+            else error_name(code)
+        )
     return [
         (
             tuple((e.entity_type, e.entity_name) for e in entry.entity),
@@ -94,7 +98,11 @@ def alter_client_quotas(
     for entry in response.entries:
         code = int(entry.error_code)
         if code != 0:
-            raise ClientError(entry.error_message or error_name(code))
+            raise ClientError(
+                f"{error_name(code)}: {entry.error_message}"
+                if entry.error_message
+                else error_name(code)
+            )
 
 
 def describe_scram_users(admin: Admin, users: list[str]) -> list[ScramUser]:
@@ -104,7 +112,11 @@ def describe_scram_users(admin: Admin, users: list[str]) -> list[ScramUser]:
     response = admin.node(_any_node(admin)).call(DESCRIBE_USER_SCRAM_CREDENTIALS, (0, 0), body)
     code = int(response.error_code)
     if code != 0:
-        raise ClientError(response.error_message or error_name(code))
+        raise ClientError(
+            f"{error_name(code)}: {response.error_message}"
+            if response.error_message
+            else error_name(code)
+        )
     return [
         ScramUser(
             r.user,
