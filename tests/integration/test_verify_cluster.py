@@ -10,14 +10,28 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
-from oncelog.verify.history import Fault, Leaders, read_history
+from oncelog.verify.history import (
+    Fault,
+    FinalRead,
+    Leaders,
+    Poll,
+    Send,
+    Txn,
+    committed_topics,
+    read_history,
+)
 from tests.integration.test_verify_run import verify_run
 
 ALL_FAULTS = ("kill", "pause", "partition", "etcd", "bounce", "move", "crash")
 
 
 def test_every_cluster_fault_and_no_anomaly(tmp_path: Path) -> None:
+    """Every fault kind on the default topics: RF 3 and, next to it, `-rf2` and `-rf1`, whose
+    partitions live on some brokers only, and transactions spanning the three. (With RF 3 on
+    three brokers alone, every broker hosted every partition: a coordinator that checked
+    AddPartitionsToTxn against its own logs went unnoticed, fixed in 844749f.)"""
     history, report, timeline = tmp_path / "h.jsonl", tmp_path / "r.json", tmp_path / "t.html"
     args = ["--start-cluster", "3", "--duration", "60", "--faults", ",".join(ALL_FAULTS)]
     # Every kind must fit in 60 s even on a loaded machine, where a bounce or a restart takes
@@ -30,6 +44,7 @@ def test_every_cluster_fault_and_no_anomaly(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "OK: no anomalies" in proc.stdout
     ops = read_history(history)
+    assert_spread_over_topics(ops, proc.stdout)
     started = {o.kind for o in ops if isinstance(o, Fault) and o.phase == "start"}
     assert started == set(ALL_FAULTS)
     ended = [o for o in ops if isinstance(o, Fault) and o.phase == "end"]
@@ -47,6 +62,38 @@ def test_every_cluster_fault_and_no_anomaly(tmp_path: Path) -> None:
     assert 'data-lane="controller"' in page
     for kind in ALL_FAULTS:
         assert re.search(rf"#\d+ {kind} ", page), kind
+
+
+def assert_spread_over_topics(ops: list[Any], stdout: str) -> None:
+    """Records of every topic were acknowledged, polled (under their own topic) and final-read,
+    and committed transactions wrote to all three topics at once."""
+    main = next(o.topic for o in ops if isinstance(o, Send) and o.source is None)
+    topics = {main, f"{main}-rf2", f"{main}-rf1"}
+    ok = [o for o in ops if isinstance(o, Send) and o.phase == "ok"]
+    acked = {o.topic for o in ok if o.txn is None}
+    txn_acked = {o.topic for o in ok if o.txn is not None}
+    assert topics <= acked and topics <= txn_acked, (acked, txn_acked)
+    polled = {r.topic for o in ops if isinstance(o, Poll) for r in o.records}
+    assert topics <= polled, polled
+    finals = {o.topic for o in ops if isinstance(o, FinalRead) and o.records}
+    assert topics <= finals, finals
+    # Most commits of the transactional producers succeed. Before 844749f most failed
+    # (UNKNOWN_TOPIC_OR_PART from AddPartitionsToTxn: 5 of 23 committed in this test), which
+    # the checker rightly does not count as anomalies: failed transactions lose nothing.
+    commits = [o for o in ops if isinstance(o, Txn) and o.action == "commit"]
+    commits = [o for o in commits if o.process.startswith("txn") and o.phase != "invoke"]
+    failed = [o.error for o in commits if o.phase != "ok"]
+    assert len(failed) * 2 < len(commits), f"{len(failed)} of {len(commits)}: {failed[:5]}"
+    spans = committed_topics(ops)
+    wide = [t for t in spans.values() if topics <= t]
+    assert len(wide) >= 10, f"{len(wide)} of {len(spans)} committed transactions span all"
+    # Default placement: the RF 1 partitions live on different brokers, so every transaction
+    # coordinator lacks some of them.
+    first = next(o for o in ops if isinstance(o, Leaders))
+    assert len({n for t, _, n in first.leaders if t == f"{main}-rf1"}) >= 2, first.leaders
+    for topic in topics:  # the summary's per-topic table
+        assert re.search(rf"^{re.escape(topic)} +\d+ +[1-9]\d* ", stdout, re.M), topic
+    assert "committed transactions writing to 2+ topics:" in stdout
 
 
 def test_a_weakened_cluster_shows_the_writes_it_loses(tmp_path: Path) -> None:
