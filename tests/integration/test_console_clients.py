@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -186,3 +187,43 @@ def test_produce_without_a_key_to_a_compacted_topic_says_why_once(broker: Broker
     )
     code, _, err = run(broker, "produce", "compacted", "--key-separator", ":", stdin="k:v\n")
     assert (code, err) == (0, "")
+
+
+def test_tool_errors_name_kafkas_code(broker: BrokerProcess, tmp_path: Path) -> None:
+    """A missing topic, partition or group, or a refused config: `NAME (code): message`."""
+    missing = "UNKNOWN_TOPIC_OR_PARTITION (3)"
+    cases = [
+        (("topics", "describe", "nosuch"), f"{missing}: Topic 'nosuch' does not exist."),
+        (
+            ("transactions", "describe-producers", "--topic", "nosuch", "--partition", "0"),
+            f"{missing}: Partition nosuch-0 does not exist.",
+        ),
+        (
+            ("transactions", "find-hanging", "--topic", "nosuch"),
+            f"{missing}: Topic 'nosuch' does not exist.",
+        ),
+        (
+            ("groups", "describe", "nosuch-group"),
+            "GROUP_ID_NOT_FOUND (69): Consumer group 'nosuch-group' does not exist.",
+        ),
+        (
+            ("configs", "--alter", "--entity-type", "topics", "--entity-name", "ten",
+             "--add-config", "min.insync.replicas=0"),
+            "INVALID_CONFIG (40): cannot alter 'ten': Invalid value 0 for configuration "
+            "min.insync.replicas: Value must be at least 1",
+        ),
+        (
+            ("configs", "--alter", "--entity-type", "topics", "--entity-name", "nosuch",
+             "--add-config", "retention.ms=1"),
+            f"{missing}: cannot alter 'nosuch'",
+        ),
+    ]  # fmt: skip
+    moves = tmp_path / "topics.json"
+    moves.write_text('{"topics": [{"topic": "nosuch"}], "version": 1}')
+    generate = ("reassign-partitions", "--generate", "--topics-to-move-json-file", str(moves))
+    cases.append(((*generate, "--broker-list", "1"), f"{missing}: Topic(s) not found: nosuch"))
+    for args, message in cases:
+        code, _, err = run(broker, *args)
+        assert code == 1, (args, err)
+        assert err.splitlines()[-1].startswith(f"Error: {message}"), (args, err)
+        assert len([line for line in err.splitlines() if line.startswith("Error:")]) == 1, err

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.cli import reassign_throttles as throttles
-from oncelog.cli.console import add_bootstrap, exits_quietly, fail
+from oncelog.cli.console import add_bootstrap, coded, exits_quietly, fail
 from oncelog.client import reassignments
 from oncelog.client.admin import Admin
 from oncelog.client.connection import ClientError
-from oncelog.errors import KafkaError
+from oncelog.errors import ErrorCode, KafkaError
 from oncelog.metadata.placement import assign_replicas
 from oncelog.types import TopicPartition
 
@@ -148,7 +148,12 @@ def _execute(admin: Admin, plan: Plan, additional: bool, rate: int | None, timeo
     current = _assignment(admin, {tp.topic for tp in plan})
     missing = [tp for tp in plan if tp not in current]
     if missing:
-        return fail(f"Topic partitions not found: {_names(missing)}")
+        return fail(
+            coded(
+                ErrorCode.unknown_topic_or_partition,
+                f"Topic partitions not found: {_names(missing)}",
+            )
+        )
     ongoing = reassignments.ongoing(admin)
     if not additional and ongoing:
         return fail(CANNOT_EXECUTE)
@@ -241,7 +246,9 @@ def _generate(admin: Admin, topics: list[str], broker_list: str | None) -> int:
     current = _assignment(admin, set(topics))
     missing = sorted(set(topics) - {tp.topic for tp in current})
     if missing:
-        return fail(f"Topic(s) not found: {', '.join(missing)}")
+        return fail(
+            coded(ErrorCode.unknown_topic_or_partition, f"Topic(s) not found: {', '.join(missing)}")
+        )
     proposed: Plan = {}
     for topic in topics:
         parts = sorted(tp for tp in current if tp.topic == topic)
@@ -255,7 +262,7 @@ def _generate(admin: Admin, topics: list[str], broker_list: str | None) -> int:
                 next_replica_shift=random.randrange(len(brokers)),
             )
         except KafkaError as exc:
-            return fail(f"{topic}: {exc}")
+            return fail(coded(exc.code, f"{topic}: {exc}"))
         proposed.update({tp: list(r) for tp, r in zip(parts, placed, strict=True)})
     print("Current partition replica assignment")
     print(_plan_json({tp: current[tp] for tp in sorted(proposed)}))
