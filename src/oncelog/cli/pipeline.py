@@ -9,7 +9,12 @@ control records in the input topic. With `--skip-existing` it first reads the to
 repeated after a kill completes its input instead of writing it twice.
 
 `averages` prints one line per finished batch (`batch N rows R …`) on stdout, and stops cleanly
-on SIGTERM/SIGINT or, with `--available-now`, once everything available has been processed.
+on SIGTERM/SIGINT (one line, `pipeline stopped by SIGINT`) or, with `--available-now`, once
+everything available has been processed.
+
+`check-topics` reads the input and output topics and refuses (one line, exit 1) records other
+than `generate`'s events and `averages`' results, so `scripts/run-pipeline` never prints results
+mixed with another example's records.
 
 This module imports no Spark: the base install (without the `[spark]` extra) runs every other
 command and `generate`, which needs only confluent-kafka. `averages` checks that PySpark, pyarrow
@@ -20,16 +25,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from oncelog.cli.console import BootstrapServers
+from oncelog.cli.console import BootstrapServers, describe_error, fail
 
 #: `oncelog.spark.pipeline.SEMANTICS`, repeated here so building the parser needs no Spark.
 SEMANTICS = ("exactly-once", "at-least-once")
@@ -90,6 +97,19 @@ def add_parsers(sub: Any) -> None:
         help="tests: SIGKILL the driver inside / right after the DB transaction",
     )
     avg.set_defaults(func=run_averages)
+
+    chk = pipeline_sub.add_parser(
+        "check-topics",
+        help="check that the topics hold only the pipeline's own records",
+        description="Reads --input (every record must be one `generate` wrote: its "
+        "oncelog.index header, key k<N>, its value) and --output (every record a result of "
+        "`averages`: JSON with the record's key, count, sum and avg), read_committed, and "
+        "exits 1 with one line naming the first foreign record. A missing topic is fine.",
+    )
+    chk.add_argument("--bootstrap-server", default="127.0.0.1:9092", action=BootstrapServers)
+    chk.add_argument("--input", help="the events topic")
+    chk.add_argument("--output", help="the results topic (Kafka sink)")
+    chk.set_defaults(func=run_check_topics)
 
     gen = pipeline_sub.add_parser("generate", help="produce deterministic test events")
     gen.add_argument("--bootstrap-server", default="127.0.0.1:9092", action=BootstrapServers)
@@ -286,4 +306,107 @@ def run_generate(args: argparse.Namespace) -> int:
         f"indices {args.first}..{end - 1}",
         flush=True,
     )
+    return 0
+
+
+#: What `averages` writes for every key it changed (and the window, with --window).
+RESULT_FIELDS = ("key", "count", "sum", "avg")
+
+
+def foreign_event(key: bytes | None, value: bytes | None, headers: dict[str, bytes]) -> str | None:
+    """Why a record of the input topic is not one `generate` wrote, or None."""
+    index = headers.get(INDEX_HEADER)
+    if index is None or not index.isdigit():
+        return f"no {INDEX_HEADER} header"
+    expected = event_of(int(index), 1)[1].encode()
+    if key is None or re.fullmatch(rb"k\d+", key) is None or value != expected:
+        return f"key {key!r} value {value!r} is not event {int(index)} of `generate`"
+    return None
+
+
+def foreign_result(key: bytes | None, value: bytes | None) -> str | None:
+    """Why a record of the output topic is not a result of `averages`, or None."""
+    try:
+        result = json.loads(value or b"")
+    except ValueError:
+        result = None
+    if not isinstance(result, dict) or any(name not in result for name in RESULT_FIELDS):
+        return f"value {value!r} is not JSON with {', '.join(RESULT_FIELDS)}"
+    if key is None or result["key"] != key.decode(errors="replace"):
+        return f"key {key!r} is not the result's key {result['key']!r}"
+    return None
+
+
+#: Why a record (key, value, headers) is not what a topic should hold, or None.
+Refusal = Callable[[bytes | None, bytes | None, dict[str, bytes]], str | None]
+
+
+def first_foreign(bootstrap: str, topic: str, why: Refusal) -> str | None:
+    """The first record of `topic` (read_committed, every partition to its end) that `why`
+    refuses, as `partition P offset O: reason`; None if there is none or no such topic."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "oncelog-pipeline-check",
+            "enable.auto.commit": False,
+            "isolation.level": "read_committed",
+            "enable.partition.eof": True,
+        }
+    )
+    try:
+        topics = consumer.list_topics(timeout=30).topics  # all topics: none is auto-created
+        if topic not in topics:
+            return None
+        partitions = sorted(topics[topic].partitions)
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        pending = set(partitions)
+        deadline = time.monotonic() + 300
+        while pending:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"Error: could not read topic {topic} to its end in 300 s")
+            msg = consumer.poll(1.0)
+            if msg is None:
+                continue
+            error = msg.error()
+            if error is not None:
+                if error.code() == KafkaError._PARTITION_EOF:
+                    pending.discard(msg.partition())
+                    continue
+                raise SystemExit(f"Error: reading {topic}: {describe_error(error)}")
+            raw = msg.headers() or []
+            headers = {
+                name: value if isinstance(value, bytes) else (value or "").encode()
+                for name, value in (raw.items() if isinstance(raw, dict) else raw)
+            }
+            reason = why(msg.key(), msg.value(), headers)
+            if reason is not None:
+                return f"partition {msg.partition()} offset {msg.offset()}: {reason}"
+        return None
+    finally:
+        consumer.close()
+
+
+def run_check_topics(args: argparse.Namespace) -> int:
+    """0 if --input and --output hold only the pipeline's records, else 1 with one line."""
+    from confluent_kafka import KafkaException
+
+    checks = [
+        ("input", args.input, "events `oncelog pipeline generate` wrote", foreign_event),
+        ("output", args.output, "results of `oncelog pipeline averages`",
+         lambda key, value, _headers: foreign_result(key, value)),
+    ]  # fmt: skip
+    try:
+        for option, topic, what, why in checks:
+            if not topic:
+                continue
+            found = first_foreign(args.bootstrap_server, topic, why)
+            if found is not None:
+                return fail(
+                    f"topic {topic} holds records other than {what} ({found}); pass "
+                    f"--{option} with a topic of the pipeline's own",
+                )
+    except KafkaException as exc:
+        return fail(describe_error(exc))
     return 0

@@ -8,10 +8,12 @@ extra is there, so the base install runs every other command; the import-linter 
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.errors import StreamingQueryException
@@ -80,15 +82,63 @@ class ProgressPrinter:
                 _say(f"batch {p.batchId} rows {p.numInputRows} ms {p.batchDuration}")
 
 
+class Stop:
+    """SIGTERM/SIGINT ask the pipeline to stop: the handler only records the signal, and the
+    main loop stops the query between its Py4J calls. (PySpark's own SIGINT handler cancels
+    every job through Py4J from inside the handler, in the middle of the main thread's Py4J
+    call, and raises KeyboardInterrupt: the `reentrant call` and Py4JNetworkError tracebacks.
+    `run_averages` therefore creates the SparkContext off the main thread, where PySpark
+    installs no handler.)"""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+        self.name = ""
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._handle)
+
+    def _handle(self, signum: int, _frame: object) -> None:
+        self.name = self.name or signal.Signals(signum).name
+        self.event.set()
+
+    def is_set(self) -> bool:
+        return self.event.is_set()
+
+
+def _off_main_thread(make: Callable[[], Any]) -> Any:
+    """`make()` run in a thread (see Stop); its exception, if any, raised here."""
+    result: list[Any] = []
+    error: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            result.append(make())
+        except BaseException as exc:
+            error.append(exc)
+
+    thread = threading.Thread(target=target, name="spark-session", daemon=True)
+    thread.start()
+    thread.join()
+    if error:
+        raise error[0]
+    return result[0]
+
+
 def run_averages(args: argparse.Namespace) -> int:
-    """Run until SIGTERM/SIGINT, or to the end with --available-now; 1 if the query failed."""
+    """Run until SIGTERM/SIGINT, or to the end with --available-now; 1 if the query failed.
+
+    A signal stops the query cleanly (the batch in progress ends or is abandoned, as Spark's
+    `stop()` does; the checkpoint keeps its place) and prints one line."""
     cfg = config_of(args)
-    stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    stop = Stop()
     conf = pairs(args.conf)
-    spark = spark_session(args.master, conf)
+    spark = _off_main_thread(lambda: spark_session(args.master, conf))
+    # The JVM's active session is per thread: the query's data sources are looked up in the
+    # main thread's, as when the session is made there.
+    spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     try:
+        if stop.is_set():
+            _say(f"pipeline stopped by {stop.name} before it started")
+            return 0
         progress = ProgressPrinter()
 
         def on_db_batch(batch_id: int, written: int | None) -> None:
@@ -109,16 +159,21 @@ def run_averages(args: argparse.Namespace) -> int:
                 break  # the query failed: reported below, in one line, from query.exception()
             if cfg.sink == "kafka":  # the database sink prints its own lines
                 progress(query)
-        if stop.is_set() and query.isActive:
-            _say("stopping")
+        stopped_by = stop.name if stop.is_set() and query.isActive else ""
+        if stopped_by:
+            # Stopping aborts the batch in flight, which is harmless (the sink's replay skips
+            # what it committed) and expected here: not worth Spark's ERROR lines or the sink's
+            # warning about it.
+            spark.sparkContext.setLogLevel("OFF")
+            logging.getLogger("oncelog.spark").setLevel(logging.ERROR)
             query.stop()
         if cfg.sink == "kafka":
             progress(query)
-        error = query.exception()
+        error = None if stopped_by else query.exception()
         if error is not None:
             print(f"query failed: {error}", file=sys.stderr, flush=True)
             return 1
-        _say("pipeline stopped")
+        _say(f"pipeline stopped by {stopped_by}" if stopped_by else "pipeline stopped")
         return 0
     finally:
         spark.stop()
