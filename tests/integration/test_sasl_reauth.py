@@ -5,6 +5,7 @@ a connection whose session ran out is closed at its next request."""
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +15,16 @@ from confluent_kafka.admin import AdminClient
 from oncelog.errors import ErrorCode
 from oncelog.protocol.codec import build, encode_entity, request_class
 from oncelog.security.plain import client_message
-from tests.integration.rawclient import METADATA, RawClient, frame, header, metadata_body
+from tests.integration.rawclient import (
+    FETCH,
+    METADATA,
+    RawClient,
+    decode_response,
+    frame,
+    header,
+    metadata_body,
+    request,
+)
 from tests.integration.secure_broker import SecureBroker, plain_jaas
 
 HANDSHAKE, AUTHENTICATE = 17, 36
@@ -94,3 +104,51 @@ def test_librdkafka_keeps_working_past_the_lifetime(broker: SecureBroker) -> Non
     while time.monotonic() < deadline:
         assert admin.list_topics(timeout=10).brokers
         time.sleep(0.3)
+
+
+def long_fetch_body(topic: str, max_wait_ms: int) -> bytes:
+    """Fetch v4 of an empty partition's end: the broker holds it `max_wait_ms`."""
+    return body(
+        FETCH,
+        4,
+        replica_id=-1,
+        max_wait=max_wait_ms,
+        min_bytes=1,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[
+            {
+                "topic": topic,
+                "partitions": [{"partition": 0, "fetch_offset": 0, "partition_max_bytes": 1 << 20}],
+            }
+        ],
+    )
+
+
+def test_a_request_sent_in_time_is_served_after_a_slow_one(broker: SecureBroker) -> None:
+    """A request that arrived within the session is served even when it waited past the
+    session's end behind a slow one (here a Fetch held longer than the lifetime; in a cluster
+    an acks=all Produce waiting on a slow follower), and the client's re-authentication that
+    follows it succeeds. Closing it cut librdkafka off in the middle of its re-authentication
+    ("SASL PLAIN mechanism handshake failed: Local: Broker transport failure")."""
+    topic = f"slow-{uuid.uuid4().hex[:8]}"
+    with RawClient(broker.ports["SASL_PLAINTEXT"]) as c:
+        login(c, "alice", "a-pw")
+        assert c.call(METADATA, 12, metadata_body([topic], auto_create=True)).topics
+        wait_ms = LIFETIME_MS + 1000
+        for _ in range(3):  # three sessions in a row, each outlived by its slow Fetch
+            login(c, "alice", "a-pw")
+            started = time.monotonic()
+            c.send(request(FETCH, 4, long_fetch_body(topic, wait_ms), correlation_id=1))
+            c.send(request(METADATA, 12, metadata_body([]), correlation_id=2))  # in time
+            first, _ = decode_response(FETCH, 4, c.recv_frame())
+            second, answer = decode_response(METADATA, 12, c.recv_frame())
+            assert (first, second) == (1, 2)
+            assert time.monotonic() - started >= LIFETIME_MS / 1000  # served past the end
+            assert answer.brokers
+    # one that arrives past the end is still closed
+    with RawClient(broker.ports["SASL_PLAINTEXT"]) as c:
+        login(c, "alice", "a-pw")
+        time.sleep(LIFETIME_MS / 1000 + 0.3)
+        c.send(request(METADATA, 12, metadata_body([])))
+        c.expect_closed()

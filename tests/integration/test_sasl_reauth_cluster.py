@@ -8,7 +8,9 @@ brokers' DEBUG log."""
 
 from __future__ import annotations
 
+import logging
 import re
+import signal
 import threading
 import time
 import uuid
@@ -213,3 +215,100 @@ def test_inter_broker_sessions_are_renewed_not_closed(cluster: ReauthCluster) ->
     # renews each session every 2.55-2.85 s, so 7 times or so per leader in 20 s
     assert all(count >= 6 for count in renewals.values()), renewals
     assert isr_full()
+
+
+@pytest.fixture
+def plain_cluster(
+    tmp_path_factory: pytest.TempPathFactory, certs: Certs
+) -> Iterator[ReauthCluster]:
+    running = ReauthCluster(
+        tmp_path_factory.mktemp("reauth-slow"), "SASL_PLAINTEXT", "PLAIN", certs
+    )
+    running.start()
+    try:
+        running.wait_brokers_known(lambda node: running.conf(nodes=(node,)))
+        yield running
+    finally:
+        running.close()
+
+
+class Rdkafka(logging.Handler):
+    """librdkafka's log of one producer: its re-authentications, its SASL failures."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.reauths = 0
+        self.failures: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "Received REAUTH op" in message:
+            self.reauths += 1
+        elif "handshake failed" in message or "SASL authentication error" in message:
+            self.failures.append(message)
+
+
+def test_librdkafka_renews_while_acks_all_waits_on_a_stopped_follower(
+    plain_cluster: ReauthCluster,
+) -> None:
+    """The PLAIN producer flake ("SASL PLAIN mechanism handshake failed: Local: Broker
+    transport failure"): while a follower is stopped an acks=all Produce waits seconds; the
+    producer's next requests, sent well within its session, wait behind it; librdkafka starts
+    its re-authentication at 90 % of the lifetime with them in flight. The leader must serve
+    them (they arrived in time) rather than close the connection as expired under the
+    client's SaslHandshake. Any mechanism: SCRAM did the same under the same load."""
+    cluster = plain_cluster
+    admin = AdminClient(cluster.conf())
+    topic = f"slow-{uuid.uuid4().hex[:8]}"
+    # leaders on brokers 1 and 2; broker 3 only follows, and is the one stopped
+    new = NewTopic(topic, 2, replica_assignment=[[1, 2, 3], [2, 1, 3]])
+    for future in admin.create_topics([new]).values():
+        future.result(30)
+    wait_for(
+        lambda: all(
+            len(p.isrs) == 3
+            for p in admin.list_topics(topic, timeout=10).topics[topic].partitions.values()
+        ),
+        60,
+        "every replica in sync",
+    )
+    logs, producers = [], []
+    for i in range(3):
+        logger = logging.getLogger(f"{__name__}.producer{i}")
+        logger.propagate = False
+        logger.setLevel(logging.DEBUG)
+        logs.append(Rdkafka())
+        logger.addHandler(logs[-1])
+        settings = {
+            **cluster.conf(nodes=(1, 2)),
+            "acks": "all",
+            "linger.ms": 0,
+            "debug": "broker",
+            "logger": logger,
+        }
+        producers.append(Producer(settings))
+    follower = cluster.brokers[3].proc
+    assert follower is not None
+    starts = {n: b.log_path.stat().st_size for n, b in cluster.brokers.items()}
+    sent = 0
+    try:
+        for phase_s, stopped in ((2.0, False), (6.0, True), (3.0, False)):
+            follower.send_signal(signal.SIGSTOP if stopped else signal.SIGCONT)
+            deadline = time.monotonic() + phase_s
+            while time.monotonic() < deadline:
+                for producer in producers:
+                    producer.produce(topic, value=b"v%d" % sent, partition=sent % 2)
+                    producer.poll(0)
+                sent += 1
+                time.sleep(0.005)
+    finally:
+        follower.send_signal(signal.SIGCONT)
+    for producer in producers:
+        assert producer.flush(60) == 0
+    failures = [f for log in logs for f in log.failures]
+    assert not failures, failures[:5]
+    assert all(log.reauths >= 2 for log in logs), [log.reauths for log in logs]
+    for node in (1, 2):
+        with open(cluster.brokers[node].log_path, errors="replace") as log:
+            log.seek(starts[node])
+            assert "SASL session expired" not in log.read(), f"broker {node}"

@@ -93,8 +93,9 @@ class Connection(asyncio.BufferedProtocol):
         self._on_close = on_close
         self._now_ms = now_ms
         #: Frames waiting their turn, with their arrival on the metrics' timer (a request's
-        #: latency counts its time queued behind earlier ones, as Kafka's TotalTimeMs does).
-        self._queue: deque[tuple[Frame, float]] = deque()
+        #: latency counts its time queued behind earlier ones, as Kafka's TotalTimeMs does)
+        #: and on `now_ms` (a SASL session's end is checked against a request's arrival).
+        self._queue: deque[tuple[Frame, float, int]] = deque()
         self._waiting: Delayed | None = None
         self._transport: asyncio.Transport | None = None
         #: The plain TCP socket under the transport (-1 over TLS), and our own socket object
@@ -153,7 +154,7 @@ class Connection(asyncio.BufferedProtocol):
         return self._decoder.get_buffer()
 
     def buffer_updated(self, nbytes: int) -> None:
-        self.last_active_ms = self._now_ms()
+        self.last_active_ms = now_ms = self._now_ms()
         try:
             frames = self._decoder.received(nbytes)
         except FrameError as exc:
@@ -166,7 +167,7 @@ class Connection(asyncio.BufferedProtocol):
         self._granted = False  # any frame still arriving is a new one
         arrived = self._dispatcher.broker.metrics.now()
         for frame in frames:
-            self._queue.append((frame, arrived))
+            self._queue.append((frame, arrived, now_ms))
             self._queued_bytes += len(frame)
         self._drain_queue()
 
@@ -211,9 +212,9 @@ class Connection(asyncio.BufferedProtocol):
             and not self._unsent
             and self._muted is None
         ):
-            frame, arrived = self._queue.popleft()
+            frame, arrived, arrived_ms = self._queue.popleft()
             self._queued_bytes -= len(frame)
-            if self._auth is not None and self._authenticating(frame):
+            if self._auth is not None and self._authenticating(frame, arrived_ms):
                 step = self._auth.receive(bytes(frame))
                 if isinstance(step, Answer):
                     out.extend(step.data)
@@ -259,10 +260,16 @@ class Connection(asyncio.BufferedProtocol):
         self._send(out)
         self._update_reading()
 
-    def _authenticating(self, frame: Frame) -> bool:
+    def _authenticating(self, frame: Frame, arrived_ms: int) -> bool:
         """True when `frame` belongs to the SASL exchange: before authentication, and a
         SaslHandshake re-authenticating an expiring session (KIP-368). An authenticated
-        session past its lifetime is closed on its next other request, as Kafka does."""
+        session past its lifetime is closed on its next other request, as Kafka does: one
+        that *arrived* past it. Kafka reads a connection's next request only once the last
+        one was answered; we read ahead, so a request the client sent in time may wait here
+        behind a slow one (an acks=all Produce, a long-polling Fetch) until the session has
+        ended, while the client has begun its re-authentication after it (librdkafka: at
+        90 % of the lifetime, its SaslHandshake queued behind the requests in flight).
+        Closing then cut the client off in the middle of its handshake."""
         auth = self._auth
         assert auth is not None
         if not auth.authenticated:
@@ -277,7 +284,7 @@ class Connection(asyncio.BufferedProtocol):
             auth.reauthenticate()
             self._decoder.max_frame_bytes = min(self._max_frame_bytes, MAX_AUTH_FRAME)
             return True
-        if self._now_ms() > auth.expires_ms:
+        if arrived_ms > auth.expires_ms:
             self.close("SASL session expired (connections.max.reauth.ms)")
         return False
 
