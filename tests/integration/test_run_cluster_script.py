@@ -16,6 +16,7 @@ import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO
@@ -215,6 +216,8 @@ def start_lines(
         command = lines[lines.index(m.string) + 1]
         assert command.startswith(f"  command ({home}/broker-{n}.cmd): cd "), command
         assert f"--listen 127.0.0.1:{base + n - 1} --data-dir {m['data']}" in command
+        with urllib.request.urlopen(m["console"] + "api/cluster", timeout=10) as response:
+            assert response.status == 200  # the web console is on
     return brokers
 
 
