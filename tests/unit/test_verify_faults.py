@@ -53,3 +53,41 @@ def test_transaction_coordinator_partition_is_kafkas() -> None:
     assert java_string_hash("polygenelubricants") == -(1 << 31)  # Integer.MIN_VALUE
     assert txn_partition("polygenelubricants", 50) == 0
     assert txn_partition("transactional-id-1", 50) == 1051133891 % 50
+
+
+def test_role_faults_go_round_the_topics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leaders and followers are taken partition by partition across the topics, so a short
+    run's leader faults hit the RF 2 and RF 1 topics' partitions too (sorted by name, the
+    first topic's partitions came first and took every turn)."""
+    from oncelog.verify.roles import Roles
+
+    topics = ["v", "v-rf2", "v-rf1"]
+    states = {
+        ("v", 0): (1, (1, 2, 3), (1, 2, 3)),
+        ("v", 1): (2, (2, 3, 1), (2, 3, 1)),
+        ("v-rf2", 0): (3, (3, 1), (3, 1)),
+        ("v-rf2", 1): (1, (1, 2), (1, 2)),
+        ("v-rf1", 0): (2, (2,), (2,)),
+        ("v-rf1", 1): (3, (3,), (3,)),
+    }
+    roles = Roles("127.0.0.1:1", topics)
+    monkeypatch.setattr(roles, "leaders", lambda: states)
+    led = [roles.leader() for _ in range(4)]
+    assert [what for _, what in led if what] == [
+        "leader of v-0",
+        "leader of v-rf2-0",
+        "leader of v-rf1-0",
+        "leader of v-1",
+    ]
+    assert [n for n, _ in led] == [1, 3, 2, 2]
+    fresh = Roles("127.0.0.1:1", topics)
+    monkeypatch.setattr(fresh, "leaders", lambda: states)
+    followers = [fresh.follower() for _ in range(6)]
+    assert [f[2].split(" (")[0] for f in followers if f] == [
+        "follower of v-0",
+        "follower of v-0",
+        "follower of v-rf2-0",
+        "follower of v-1",
+        "follower of v-1",
+        "follower of v-rf2-1",
+    ]

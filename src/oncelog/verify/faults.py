@@ -367,7 +367,10 @@ class MoveFault(Fault):
             states = self.roles.leaders()
         except (KafkaException, TimeoutError, ValueError) as exc:
             raise NotInjected(f"no metadata: {exc}") from None
-        full = sorted((tp, v) for tp, v in states.items() if v[0] >= 0 and set(v[2]) == set(v[1]))
+        full = sorted(
+            ((tp, v) for tp, v in states.items() if v[0] >= 0 and set(v[2]) == set(v[1])),
+            key=lambda item: self.roles.in_turn(item[0]),
+        )
         if not full:
             raise NotInjected("no workload partition with a full ISR")
         turn = next(self._turn)

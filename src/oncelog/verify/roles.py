@@ -64,6 +64,14 @@ class Roles:
                     out[(topic, p.id)] = (p.leader, tuple(p.replicas), tuple(p.isrs))
         return out
 
+    def in_turn(self, tp: tuple[str, int]) -> tuple[int, int]:
+        """The order faults take partitions in: by partition number, then topic as listed, so
+        successive faults go round the topics (the RF 1 and RF 2 topics of a run too, not only
+        the first topic's partitions in a short run)."""
+        topic, partition = tp
+        rank = self.topics.index(topic) if topic in self.topics else len(self.topics)
+        return partition, rank
+
     def controller(self) -> int:
         """From a Metadata response (v1+ names the controller). Not DescribeCluster: when
         librdkafka 2.16 fails to parse its answer it returns no error and no result, and an
@@ -74,7 +82,8 @@ class Roles:
 
     def leader(self) -> tuple[int, str] | None:
         """The leader of one workload partition (a different one each call), and what it leads."""
-        led = [(tp, v[0]) for tp, v in sorted(self.leaders().items()) if v[0] >= 0]
+        states = sorted(self.leaders().items(), key=lambda kv: self.in_turn(kv[0]))
+        led = [(tp, v[0]) for tp, v in states if v[0] >= 0]
         if not led:
             return None
         (topic, partition), node = led[next(self._turn) % len(led)]
@@ -84,7 +93,7 @@ class Roles:
         """(follower, its leader, what): an in-sync follower of one workload partition."""
         pairs = [
             (f, v[0], f"follower of {t}-{p} (leader {v[0]})")
-            for (t, p), v in sorted(self.leaders().items())
+            for (t, p), v in sorted(self.leaders().items(), key=lambda kv: self.in_turn(kv[0]))
             if v[0] >= 0
             for f in v[2]
             if f != v[0]
