@@ -185,8 +185,8 @@ def plan_topics(config: RunConfig, topic: str) -> list[tuple[str, int]]:
     holds only for partitions a broker does not host (AddPartitionsToTxn once checked the
     coordinator's own logs) never shows. On a cluster the tool starts, without an explicit
     replication factor, `TOPIC-rf2` and `TOPIC-rf1` (those below the main topic's RF) are
-    added, placed by the broker: most of their partitions live on brokers that are not a
-    given transaction's coordinator nor a given partition's leader elsewhere.
+    added, placed by the brokers: most of their partitions live on brokers other than a given
+    transaction's coordinator.
     """
     if config.start_cluster:
         rf = config.replication_factor or min(3, config.start_cluster)
@@ -269,8 +269,9 @@ class Client(threading.Thread):
 
     def next_target(self) -> tuple[str, int]:
         """The next (topic, partition) of this client's round robin over the run's writable
-        topics (`worker.spread`): a writer of its own, so that consecutive sends, those of one
-        transaction too, go to different topics whatever the other writers do."""
+        topics (`spread`), on a counter of its own: consecutive sends of this writer, those of
+        one transaction too, go to different topics whatever the other writers do (with one
+        shared counter three writers in step could each keep to one topic)."""
         return spread(next(self._targets), self.run_.topics, self.run_.config.partitions)
 
     def pace(self, per_second: float, started: float, done: int) -> None:
@@ -829,7 +830,7 @@ class Run:
 
     @property
     def read_topics(self) -> list[str]:
-        """Every topic the run writes: the writable ones, and the copiers' output."""
+        """Every topic the run writes and reads: the writable ones, and the copiers' output."""
         return self.topics + ([self.output_topic] if self.config.copiers else [])
 
     def next_txn(self) -> int:
