@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka.admin import AdminClient
 
+from oncelog.client.connection import Connection, SaslLogin
 from oncelog.errors import ErrorCode
 from oncelog.protocol.codec import build, encode_entity, request_class
 from oncelog.security.plain import client_message
@@ -28,6 +29,11 @@ from tests.integration.rawclient import (
 from tests.integration.secure_broker import SecureBroker, plain_jaas
 
 HANDSHAKE, AUTHENTICATE = 17, 36
+METADATA_FIELDS = {
+    "topics": [],
+    "allow_auto_topic_creation": False,
+    "include_topic_authorized_operations": False,
+}
 LIFETIME_MS = 1500
 
 
@@ -152,3 +158,16 @@ def test_a_request_sent_in_time_is_served_after_a_slow_one(broker: SecureBroker)
         time.sleep(LIFETIME_MS / 1000 + 0.3)
         c.send(request(METADATA, 12, metadata_body([])))
         c.expect_closed()
+
+
+def test_the_tools_client_renews_its_session(broker: SecureBroker) -> None:
+    """oncelog.client (the operator tools, the web console) renews its session on the same
+    connection before the request that finds it due, at 85-95 % of the lifetime."""
+    with Connection(
+        "127.0.0.1", broker.ports["SASL_PLAINTEXT"], sasl=SaslLogin("PLAIN", "alice", "a-pw")
+    ) as conn:
+        deadline = time.monotonic() + 3.5 * LIFETIME_MS / 1000
+        while time.monotonic() < deadline:
+            assert conn.call(METADATA, (12, 12), METADATA_FIELDS).brokers
+            time.sleep(0.1)
+        assert conn.reauth.reauthentications >= 3

@@ -1,7 +1,9 @@
 """One blocking connection to a Kafka-protocol broker, with version negotiation.
 
 Requests are described as mappings (like the broker's handlers do) and built into the
-highest version both sides support, so the tools work against oncelog and Apache Kafka.
+highest version both sides support, so the tools work against oncelog and Apache Kafka. A SASL
+session with a lifetime (the broker's `connections.max.reauth.ms`) is renewed on the same
+connection before the request that finds it due (KIP-368, `oncelog.security.reauth`).
 """
 
 from __future__ import annotations
@@ -15,10 +17,12 @@ from typing import Any
 
 from kio.serial import entity_reader
 
+from oncelog.clock import Clock, SystemClock
 from oncelog.config import parse_port, split_host_port
 from oncelog.errors import error_name
 from oncelog.protocol.codec import build, encode_entity, is_flexible, request_class, response_class
 from oncelog.protocol.headers import API_VERSIONS_KEY
+from oncelog.security.reauth import ReauthSchedule
 from oncelog.security.sasl_errors import SaslFailed
 from oncelog.security.scram import ScramClient
 
@@ -51,8 +55,10 @@ class Connection:
         timeout: float = 10.0,
         sasl: SaslLogin | None = None,
         tls: ssl.SSLContext | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        """`tls`: speak TLS (an SSL or SASL_SSL listener) with this context."""
+        """`tls`: speak TLS (an SSL or SASL_SSL listener) with this context; `clock` tells
+        when the SASL session is to be renewed."""
         try:
             sock = socket.create_connection((host, port), timeout=timeout)
         except OSError as exc:
@@ -69,6 +75,10 @@ class Connection:
         self._sock.settimeout(timeout)
         self._correlation = 0
         self.versions: dict[int, tuple[int, int]] = {}
+        self._login = sasl
+        #: When the SASL session must be renewed; its count of re-authentications.
+        self.reauth = ReauthSchedule(clock if clock is not None else SystemClock())
+        self._in_login = False
         try:
             response = self._call(API_VERSIONS_KEY, 0, {})
             self.versions = {k.api_key: (k.min_version, k.max_version) for k in response.api_keys}
@@ -80,7 +90,15 @@ class Connection:
 
     def _authenticate(self, login: SaslLogin) -> None:
         """SaslHandshake, then SaslAuthenticate rounds of PLAIN or SCRAM (KIP-152 framing);
-        a refused login raises SaslLoginFailed with the broker's message."""
+        a refused login raises SaslLoginFailed with the broker's message. The last answer's
+        session lifetime schedules the next login."""
+        self._in_login = True
+        try:
+            self._login_rounds(login)
+        finally:
+            self._in_login = False
+
+    def _login_rounds(self, login: SaslLogin) -> None:
         handshake = self.call(SASL_HANDSHAKE, (1, 1), {"mechanism": login.mechanism})
         if int(handshake.error_code) != 0:
             raise SaslLoginFailed(
@@ -88,21 +106,23 @@ class Connection:
                 f"(it offers {', '.join(handshake.mechanisms) or 'none'})"
             )
         if login.mechanism == "PLAIN":
-            self._sasl_round(f"\0{login.username}\0{login.password}".encode())
-            return
-        scram = ScramClient(login.mechanism, login.username, login.password)
-        server_first = self._sasl_round(scram.first())
-        try:
-            server_final = self._sasl_round(scram.final(server_first))
-            scram.verify(server_final)
-        except SaslFailed as exc:
-            raise SaslLoginFailed(str(exc)) from exc
+            last = self._sasl_round(f"\0{login.username}\0{login.password}".encode())
+        else:
+            scram = ScramClient(login.mechanism, login.username, login.password)
+            server_first = self._sasl_round(scram.first())
+            try:
+                last = self._sasl_round(scram.final(bytes(server_first.auth_bytes)))
+                scram.verify(bytes(last.auth_bytes))
+            except SaslFailed as exc:
+                raise SaslLoginFailed(str(exc)) from exc
+        lifetime = getattr(last, "session_lifetime", None)  # SaslAuthenticate v1+
+        self.reauth.authenticated(int(lifetime.total_seconds() * 1000) if lifetime else 0)
 
-    def _sasl_round(self, token: bytes) -> bytes:
+    def _sasl_round(self, token: bytes) -> Any:
         response = self.call(SASL_AUTHENTICATE, (0, 2), {"auth_bytes": token})
         if int(response.error_code) != 0:
             raise SaslLoginFailed(response.error_message or error_name(int(response.error_code)))
-        return bytes(response.auth_bytes)
+        return response
 
     def close(self) -> None:
         self._sock.close()
@@ -130,6 +150,8 @@ class Connection:
 
     def call_raw(self, api_key: int, version: int, body: Mapping[str, Any]) -> tuple[bytes, int]:
         """Send one request; the response frame and where its body starts (for own decoders)."""
+        if self._login is not None and not self._in_login and self.reauth.due():
+            self._authenticate(self._login)
         self._correlation += 1
         flexible = is_flexible(api_key, version)
         client = CLIENT_ID.encode()
