@@ -203,6 +203,10 @@ def test_tool_errors_name_kafkas_code(broker: BrokerProcess, tmp_path: Path) -> 
             f"{missing}: Topic 'nosuch' does not exist.",
         ),
         (
+            ("cluster", "elect-leaders", "--election-type", "preferred", "--topic", "nosuch"),
+            f"{missing}: Topic 'nosuch' does not exist.",
+        ),
+        (
             ("groups", "describe", "nosuch-group"),
             "GROUP_ID_NOT_FOUND (69): Consumer group 'nosuch-group' does not exist.",
         ),

@@ -125,10 +125,14 @@ def replica_assignment(text: str) -> list[list[int]]:
 
 def admin_client(bootstrap: str) -> Any:
     """confluent-kafka's AdminClient without librdkafka's own log lines on stderr (a down
-    broker would print one per reconnect); failures reach the caller as errors instead."""
+    broker would print one per reconnect); failures reach the caller as errors instead. Its
+    metadata requests never create a topic (librdkafka's producer-side default would, on a
+    broker with auto.create.topics.enable: `cluster elect-leaders --topic typo` did)."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
+    return AdminClient(
+        {"bootstrap.servers": bootstrap, "log_level": 0, "allow.auto.create.topics": False}
+    )
 
 
 @exits_quietly
