@@ -84,6 +84,8 @@ class SaslPeer:
         self.reauth_ms = reauth_ms
         self.connections = 0
         self.expired_closes = 0
+        #: Drop the connection at the next re-authentication's SaslHandshake.
+        self.drop_reauth = False
         #: API keys received, in order, over every connection.
         self.received: list[int] = []
 
@@ -103,6 +105,9 @@ class SaslPeer:
                 api_key, _, correlation = struct.unpack_from(">hhi", frame)
                 self.received.append(api_key)
                 if auth.authenticated and api_key == SASL_HANDSHAKE:
+                    if self.drop_reauth:
+                        self.drop_reauth = False
+                        return
                     auth.reauthenticate()
                 if not auth.authenticated:
                     step = auth.receive(frame)
@@ -211,3 +216,21 @@ def test_a_session_without_lifetime_is_never_renewed() -> None:
         channel.close()
 
     run(scenario, reauth_ms=0)
+
+
+def test_a_connection_lost_at_renewal_is_replaced_and_the_call_goes_on() -> None:
+    async def scenario(peer: SaslPeer, clock: ManualClock, port: int) -> None:
+        channel = BrokerChannel(5, "127.0.0.1", port, 5.0, "t", LOGIN, clock=clock)
+        await ping(channel)
+        peer.drop_reauth = True
+        clock.advance(960)  # past 95 %: due whatever the jitter
+        await ping(channel)  # renewal fails, a new connection logs in, the call is answered
+        assert peer.connections == 2 and peer.expired_closes == 0
+        assert peer.received.count(API_VERSIONS) == 2
+        assert channel.reauth.reauthentications == 0  # a first login on the new connection
+        clock.advance(960)
+        await ping(channel)
+        assert peer.connections == 2 and channel.reauth.reauthentications == 1
+        channel.close()
+
+    run(scenario, reauth_ms=1_000)

@@ -36,7 +36,7 @@ class ReauthSchedule:
         self.reauth_at_ms: int | None = None
         #: When the broker ends the session (the lifetime it told, from the login's answer).
         self.expires_at_ms: int | None = None
-        #: Re-authentications completed on this connection (the first login not counted).
+        #: Re-authentications completed so far (a connection's first login not counted).
         self.reauthentications = 0
         self._logged_in = False
 
