@@ -1,12 +1,15 @@
 """`oncelog topics create | list | describe | alter | delete`, modelled on `kafka-topics.sh`.
 
-Built on confluent-kafka's admin client, so it works against Apache Kafka as well. Partition
-sizes and the log cleaner's state come from one DescribeLogDirs request per broker
-(`oncelog.client`); the cleaner's fields are oncelog's tags, `-` against Apache Kafka.
-`describe` adds `Offline: ...` to a partition with replicas on brokers that are not alive,
-and, like Kafka's, `--under-replicated-partitions` / `--unavailable-partitions` print only
-the partitions whose ISR is smaller than their replicas / that have no live leader.
-librdkafka's own log lines are silenced: an unreachable broker is one `Error:` line.
+create, list, alter and delete use confluent-kafka's admin client. describe speaks the Kafka
+protocol itself (`oncelog.client`, which works against Apache Kafka as well): Metadata and
+DescribeConfigs from the first bootstrap broker that answers (librdkafka would send them to
+the controller and wait while it is down), then one DescribeLogDirs per leader, all at once
+with a short timeout each, for partition sizes and the log cleaner's state (oncelog's tags,
+`-` against Apache Kafka): a dead leader only blanks its own partitions' sizes. `describe`
+adds `Offline: ...` to a partition with replicas on brokers that are not alive, and, like
+Kafka's, `--under-replicated-partitions` / `--unavailable-partitions` print only the
+partitions whose ISR is smaller than their replicas / that have no live leader. librdkafka's
+own log lines are silenced: an unreachable broker is one `Error:` line.
 """
 
 from __future__ import annotations
