@@ -7,8 +7,8 @@ becomes the broker's address, `http://127.0.0.1:9644` its HTTP listener, `.venv/
 interpreter's bin directory, `examples/` and `bench/` the repository's, and `oncelog-data/` the
 broker's data dir. `$BOOTSTRAP` holds the broker's address too. The blocks of one page run in
 order, in one temporary directory of that page, so a block may use what an earlier one of its
-page made; pages do not share topics. A failing block fails its page's test with `file:line` and the
-block's output.
+page made; pages run side by side and share no topics. A failing block fails its page's test
+with `file:line` and the block's output.
 
 Every other shell block (`sh`, `bash`, `shell`, `console`) must be listed in COVERED, keyed by
 its first line, with the test (or script) that runs what it shows: the blocks that start
@@ -24,6 +24,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,6 +39,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = {"sh", "bash", "shell", "console"}
 FENCE = re.compile(r"^(?P<indent>[ \t]*)(?P<fence>`{3,}|~{3,})(?P<info>.*)$")
 BLOCK_TIMEOUT_S = 120
+PAGES_AT_ONCE = 4
 
 #: The shell blocks that cannot run against one throwaway broker in CI time, by first line,
 #: with what runs them instead: tests (path::name) or a script that .ci/run runs.
@@ -272,19 +274,16 @@ def runnable_pages() -> list[Path]:
     return [p for p in PAGES if any(b.runnable for b in blocks(p))]
 
 
-@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_runnable_blocks(
-    page: Path, docs_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    workdir = tmp_path_factory.mktemp(page.stem)
-    env = {**os.environ, "BOOTSTRAP": docs_broker.bootstrap}
+def run_page(page: Path, broker: BrokerProcess, workdir: Path) -> str | None:
+    """Run the page's runnable blocks in order; None, or why the first failing one failed."""
+    env = {**os.environ, "BOOTSTRAP": broker.bootstrap}
     for block in blocks(page):
         if not block.runnable:
             continue
         started = time.monotonic()
         try:
             done = subprocess.run(
-                ["bash", "-euo", "pipefail", "-c", rewrite(block.text, docs_broker)],
+                ["bash", "-euo", "pipefail", "-c", rewrite(block.text, broker)],
                 check=False,
                 cwd=workdir,
                 env=env,
@@ -296,9 +295,32 @@ def test_runnable_blocks(
             )
         except subprocess.TimeoutExpired as exc:
             output = exc.output if isinstance(exc.output, str) else ""
-            pytest.fail(f"{block.where}: no end after {BLOCK_TIMEOUT_S} s\n{output}")
-        assert docs_broker.alive(), f"{block.where}: the broker died\n{docs_broker.log_tail()}"
-        assert done.returncode == 0, (
-            f"{block.where}: exit status {done.returncode} after "
-            f"{time.monotonic() - started:.1f} s\n{block.text}--- output:\n{done.stdout}"
-        )
+            late = f"no end after {BLOCK_TIMEOUT_S} s"
+            return f"{block.where}: {late}\n{block.text}--- output:\n{output}"
+        if not broker.alive():
+            return f"{block.where}: the broker died\n{broker.log_tail()}"
+        if done.returncode != 0:
+            return (
+                f"{block.where}: exit status {done.returncode} after "
+                f"{time.monotonic() - started:.1f} s\n{block.text}--- output:\n{done.stdout}"
+            )
+    return None
+
+
+@pytest.fixture(scope="module")
+def page_runs(
+    docs_broker: BrokerProcess, tmp_path_factory: pytest.TempPathFactory
+) -> dict[Path, str | None]:
+    """Every page's blocks, the pages side by side (most of a block's time is waiting: for a
+    consumer group to form, for --timeout-ms), so the whole run stays within CI's budget."""
+    pages = runnable_pages()
+    workdirs = {page: tmp_path_factory.mktemp(page.stem) for page in pages}
+    with ThreadPoolExecutor(max_workers=PAGES_AT_ONCE) as pool:
+        futures = {page: pool.submit(run_page, page, docs_broker, workdirs[page]) for page in pages}
+        return {page: future.result() for page, future in futures.items()}
+
+
+@pytest.mark.parametrize("page", runnable_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_runnable_blocks(page: Path, page_runs: dict[Path, str | None]) -> None:
+    failure = page_runs[page]
+    assert failure is None, failure
