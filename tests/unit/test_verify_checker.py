@@ -740,3 +740,29 @@ def test_unavailable_rf1_partition_is_not_an_anomaly_and_topics_are_kept_apart()
     )
     (a,) = h.check().of_kind("unseen")
     assert a.topic == rf1 and a.details["value"] == "z2"
+
+
+def test_most_commits_failing_is_a_warning_not_an_anomaly() -> None:
+    """Before 844749f a transaction writing to a partition its coordinator did not host failed
+    (UNKNOWN_TOPIC_OR_PART) and the check was clean: right, nothing committed was lost, but the
+    summary now says so when most commits did not succeed."""
+    h = H()
+    error = "UNKNOWN_TOPIC_OR_PART: Failed to add partition(s) to transaction"
+    for txn in (1, 2):
+        h.txn("q", "begin", txn)
+        h.send("q", f"y{txn}", txn, txn=txn)
+        i = h._index()
+        h.ops.append(Txn("q", i, "invoke", "commit", "tid-q", txn))
+        h.ops.append(Txn("q", i, "info", "commit", "tid-q", txn, error=error))
+        h.txn("q", "abort", txn)
+    h.final([(1, "y1"), (2, "y2")], isolation="read_uncommitted")
+    assert h.check().ok
+    text = summary(h.check(), h.ops)
+    assert "warning: 2 of 2 commits did not succeed (UNKNOWN_TOPIC_OR_PART 2)" in text
+    h.txn("q", "begin", 3)
+    h.send("q", "y3", 3, txn=3)
+    h.txn("q", "commit", 3)
+    for txn in (4, 5):
+        h.txn("q", "begin", txn)
+        h.txn("q", "commit", txn)
+    assert "warning" not in summary(h.check(), h.ops)  # 3 of 5 committed

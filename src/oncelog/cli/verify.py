@@ -11,6 +11,7 @@ import json
 import signal
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from oncelog.verify.history import (
     Note,
     Op,
     Send,
+    Txn,
     committed_topics,
     per_topic,
     read_history,
@@ -212,6 +214,9 @@ def summary(result: CheckResult, ops: list[Op] | None = None) -> str:
     table = topic_table(ops) if ops else []
     if table:
         lines += [*table, ""]
+    warning = commit_warning(ops) if ops else None
+    if warning:
+        lines += [warning, ""]
     lines.append(f"{'anomaly':<{width}}  count")
     lines += [f"{kind:<{width}}  {n}" for kind, n in counts.items()]
     lines.append(f"(allowed by Kafka's design, not checked: {', '.join(ALLOWED)})")
@@ -257,6 +262,24 @@ def topic_table(ops: list[Op]) -> list[str]:
         wide = sum(len(t) > 1 for t in spans.values())
         lines.append(f"committed transactions writing to 2+ topics: {wide} of {len(spans)}")
     return lines
+
+
+def commit_warning(ops: list[Op]) -> str | None:
+    """A warning when most commits did not succeed. Not an anomaly (a transaction that did not
+    commit is owed nothing), so the verdict stays; but a broker refusing most transactions is
+    broken all the same (as before 844749f, every transaction writing to a partition its
+    coordinator did not host failed with UNKNOWN_TOPIC_OR_PART, and the check was clean)."""
+    commits = [o for o in ops if isinstance(o, Txn) and o.action == "commit"]
+    commits = [o for o in commits if o.phase != "invoke"]
+    failed = [o for o in commits if o.phase != "ok"]
+    if not commits or len(failed) * 2 < len(commits):
+        return None
+    errors = Counter((o.error or "no error").partition(":")[0] for o in failed)
+    common = ", ".join(f"{e} {n}" for e, n in errors.most_common(3))
+    return (
+        f"warning: {len(failed)} of {len(commits)} commits did not succeed ({common});"
+        " not anomalies, but a broker should commit most transactions"
+    )
 
 
 #: The anomalies of copiers, whose notes (rewinds, rebalances) explain them.
