@@ -43,9 +43,11 @@ def test_http_listeners_parse() -> None:
     assert parse(["http://[::1]:80"]) == HttpListener("::1", 80)
     assert parse(["http://:8080"]) == HttpListener("0.0.0.0", 8080)
     assert parse(["https://127.0.0.1:9645"]) == HttpListener("127.0.0.1", 9645, tls=True)
-    for bad in ("127.0.0.1:9644", "ftp://127.0.0.1:1", "http://h:99999", "http://h"):
+    for bad in ("127.0.0.1:9644", "ftp://127.0.0.1:1", "http://h"):
         with pytest.raises(HttpListenerError, match="http://HOST:PORT"):
             parse([bad])
+    with pytest.raises(HttpListenerError, match="port 99999 is out of range 0-65535"):
+        parse(["http://h:99999"])
 
 
 def test_http_listener_url() -> None:
