@@ -127,7 +127,8 @@ def run_averages(args: argparse.Namespace) -> int:
     """Run until SIGTERM/SIGINT, or to the end with --available-now; 1 if the query failed.
 
     A signal stops the query cleanly (the batch in progress ends or is abandoned, as Spark's
-    `stop()` does; the checkpoint keeps its place) and prints one line."""
+    `stop()` does; the checkpoint keeps its place) and prints one line, once Spark has
+    stopped (so it is the command's last line)."""
     cfg = config_of(args)
     stop = Stop()
     conf = pairs(args.conf)
@@ -136,44 +137,50 @@ def run_averages(args: argparse.Namespace) -> int:
     # main thread's, as when the session is made there.
     spark._jvm.org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
     try:
-        if stop.is_set():
-            _say(f"pipeline stopped by {stop.name} before it started")
-            return 0
-        progress = ProgressPrinter()
-
-        def on_db_batch(batch_id: int, written: int | None) -> None:
-            if written is None:
-                _say(f"batch {batch_id} skipped (already in the database)")
-            else:
-                _say(f"batch {batch_id} rows {written} written")
-
-        query = start(spark, cfg, on_db_batch)
-        _say(
-            f"pipeline running: {cfg.input_topic} -> "
-            f"{cfg.output_topic if cfg.sink == 'kafka' else cfg.db} ({cfg.semantics})"
-        )
-        while query.isActive and not stop.is_set():
-            try:
-                query.awaitTermination(0.5)
-            except StreamingQueryException:
-                break  # the query failed: reported below, in one line, from query.exception()
-            if cfg.sink == "kafka":  # the database sink prints its own lines
-                progress(query)
-        stopped_by = stop.name if stop.is_set() and query.isActive else ""
-        if stopped_by:
-            # Stopping aborts the batch in flight, which is harmless (the sink's replay skips
-            # what it committed) and expected here: not worth Spark's ERROR lines or the sink's
-            # warning about it.
-            spark.sparkContext.setLogLevel("OFF")
-            logging.getLogger("oncelog.spark").setLevel(logging.ERROR)
-            query.stop()
-        if cfg.sink == "kafka":
-            progress(query)
-        error = None if stopped_by else query.exception()
-        if error is not None:
-            print(f"query failed: {error}", file=sys.stderr, flush=True)
-            return 1
-        _say(f"pipeline stopped by {stopped_by}" if stopped_by else "pipeline stopped")
-        return 0
+        status, last = _run(spark, cfg, stop)
     finally:
         spark.stop()
+    if status == 0:
+        _say(last)
+    else:
+        print(last, file=sys.stderr, flush=True)
+    return status
+
+
+def _run(spark: Any, cfg: PipelineConfig, stop: Stop) -> tuple[int, str]:
+    """The query until its end or a signal: the exit status and the line to end with."""
+    if stop.is_set():
+        return 0, f"pipeline stopped by {stop.name} before it started"
+    progress = ProgressPrinter()
+
+    def on_db_batch(batch_id: int, written: int | None) -> None:
+        if written is None:
+            _say(f"batch {batch_id} skipped (already in the database)")
+        else:
+            _say(f"batch {batch_id} rows {written} written")
+
+    query = start(spark, cfg, on_db_batch)
+    _say(
+        f"pipeline running: {cfg.input_topic} -> "
+        f"{cfg.output_topic if cfg.sink == 'kafka' else cfg.db} ({cfg.semantics})"
+    )
+    while query.isActive and not stop.is_set():
+        try:
+            query.awaitTermination(0.5)
+        except StreamingQueryException:
+            break  # the query failed: reported below, in one line, from query.exception()
+        if cfg.sink == "kafka":  # the database sink prints its own lines
+            progress(query)
+    stopped_by = stop.name if stop.is_set() and query.isActive else ""
+    if stopped_by:
+        # Stopping aborts the batch in flight, which is harmless (the sink's replay skips what
+        # it committed) and expected here: not worth Spark's ERROR lines or the sink's warning.
+        spark.sparkContext.setLogLevel("OFF")
+        logging.getLogger("oncelog.spark").setLevel(logging.ERROR)
+        query.stop()
+    if cfg.sink == "kafka":
+        progress(query)
+    error = None if stopped_by else query.exception()
+    if error is not None:
+        return 1, f"query failed: {error}"
+    return 0, f"pipeline stopped by {stopped_by}" if stopped_by else "pipeline stopped"
