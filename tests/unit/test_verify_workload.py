@@ -11,15 +11,9 @@ from typing import Any
 import pytest
 
 from oncelog.verify import workload
+from oncelog.verify.clients import IdempotentProducer, TransactionalProducer, spread
 from oncelog.verify.worker import WorkerRun, WorkerSpec
-from oncelog.verify.workload import (
-    IdempotentProducer,
-    Run,
-    RunConfig,
-    TransactionalProducer,
-    plan_topics,
-    spread,
-)
+from oncelog.verify.workload import Run, RunConfig, plan_topics
 
 
 def config(**kw: Any) -> RunConfig:

@@ -47,9 +47,9 @@ from confluent_kafka import (
 from confluent_kafka import TopicPartition as CkTopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
+from oncelog.verify.clients import ClientStuck, bounded, create_topics, new_consumer
 from oncelog.verify.cluster import LocalCluster
 from oncelog.verify.roles import txn_partition
-from oncelog.verify.workload import ClientStuck, bounded, create_topics, new_consumer
 
 FAULT_KINDS = ("kill", "bounce")
 ROLES = ("leader", "txn-coordinator", "group-coordinator")
@@ -462,7 +462,7 @@ class Copier(threading.Thread):
                 self.copy(producer, consumer, records)
                 continue
             except ClientStuck as e:
-                # The librdkafka coordinator bug (see workload.bounded): abandon both handles.
+                # The librdkafka coordinator bug (see clients.bounded): abandon both handles.
                 producer = self.replace_producer(producer, "stuck", str(e))
                 consumer = self.replace_consumer(consumer)
                 continue

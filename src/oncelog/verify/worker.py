@@ -23,6 +23,16 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from oncelog.verify import history as h
+from oncelog.verify.clients import Client, IdempotentProducer, TransactionalProducer
+from oncelog.verify.copiers import HistoryCopier
+
+#: The writer roles by `WorkerSpec.role`: what a worker process runs, and what `workload.Run`
+#: runs in threads without the crash fault.
+IN_PROCESS: dict[str, type[Client]] = {
+    "producer": IdempotentProducer,
+    "txn": TransactionalProducer,
+    "copier": HistoryCopier,
+}
 
 
 @dataclass(slots=True)
@@ -80,7 +90,7 @@ class _StdoutRecorder:
 
 @dataclass
 class WorkerRun:
-    """Stands in for `workload.Run` inside a worker process (same attributes clients use)."""
+    """Stands in for `workload.Run` inside a worker process (a `clients.RunContext`)."""
 
     spec: WorkerSpec
     stop: threading.Event = field(default_factory=threading.Event)
@@ -103,8 +113,6 @@ class WorkerRun:
 
 
 def main(argv: list[str]) -> int:
-    from oncelog.verify import workload
-
     spec = WorkerSpec.from_json(argv[0])
     run = WorkerRun(spec)
 
@@ -116,7 +124,7 @@ def main(argv: list[str]) -> int:
     threading.Thread(target=_orphan_watch, args=(run,), daemon=True).start()
     # The same name (hence the same transactional.id, which fences the killed instance) with
     # process labels of its own: generations count from 1000 x the spawn number.
-    client = workload.IN_PROCESS[spec.role](spec.name, run)  # type: ignore[arg-type]
+    client = IN_PROCESS[spec.role](spec.name, run)
     client.generation = spec.generation_base
     client.work()
     return 0
