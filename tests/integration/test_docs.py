@@ -62,11 +62,16 @@ COVERED: dict[str, tuple[str, ...]] = {
     ),
     "kill 12345                     # the pid run-cluster printed for broker 2": (RUN_CLUSTER,),
     "scripts/run-pipeline              # 1,000 events, then run it again: it continues": (
+        "tests/spark/test_run_pipeline_script.py::"
+        "test_ctrl_c_stops_spark_then_the_broker_with_one_line",
+        "tests/integration/test_run_pipeline_topics.py::"
+        "test_foreign_input_and_output_are_refused_in_one_line",
         "tests/spark/test_pipeline.py::test_kafka_sink_two_runs_from_one_checkpoint",
         "tests/spark/test_pipeline.py::test_windowed_kafka",
         "tests/spark/test_pipeline.py::test_sqlite_sink",
         "tests/spark/test_spark_cluster.py::"
         "test_kafka_sink_through_executor_worker_driver_and_broker_kills",
+        "tests/integration/test_pipeline_generate.py::test_a_repeated_run_completes_an_interrupted_one",
     ),
     ".venv/bin/oncelog verify run --start-broker --duration 30 --faults kill,pause \\": (
         "tests/integration/test_verify_run.py::test_verify_run_with_faults_is_clean",
