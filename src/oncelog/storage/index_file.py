@@ -1,5 +1,5 @@
 """The file under a sparse index (`.index`, `.timeindex`): entries are gathered in memory and
-written in blocks, not one small write per entry.
+written in blocks, not one small write per entry; and `SparseIndex`, what both indexes share.
 
 An index is only a shortcut into its segment: on load a segment checks that the last entry
 points at a batch and indexes the batches after it again, so entries a crash kept from the
@@ -11,8 +11,11 @@ segment), hence the lock, which also keeps blocks in order in the file.
 from __future__ import annotations
 
 import os
+import struct
 import threading
+from array import array
 from pathlib import Path
+from typing import ClassVar
 
 #: Bytes gathered before they are written (about 340-512 entries, 1.3-2 MiB of log).
 BLOCK = 4096
@@ -62,3 +65,53 @@ class IndexFile:
             if self._fd >= 0:
                 os.close(self._fd)
                 self._fd = -1
+
+
+class SparseIndex:
+    """What the offset and time indexes share (Kafka's AbstractIndex): a fixed-size entry
+    format, entries kept in memory as arrays for bisection, ending with `_offsets`, and the
+    `IndexFile` under them. Subclasses define `ENTRY` and `_clear` (empty arrays)."""
+
+    ENTRY: ClassVar[struct.Struct]
+    _offsets: array[int]
+
+    def __init__(self, path: Path, base_offset: int) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self._clear()
+        self._file = IndexFile(path)
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
+    def open(self) -> None:
+        self._file.open()
+
+    def _read_entries(self) -> bytes | None:
+        """The file's bytes, with the in-memory entries dropped; None if its size is not a
+        whole number of entries."""
+        data = self.path.read_bytes() if self.path.exists() else b""
+        self._clear()
+        return None if len(data) % self.ENTRY.size else data
+
+    def reset(self) -> None:
+        """Drop every entry (before a rebuild)."""
+        self._clear()
+        self._file.truncate(0)
+
+    @property
+    def entries(self) -> int:
+        return len(self._offsets)
+
+    def _truncate_file(self, keep: int) -> None:
+        """Keep the first `keep` entries of the file."""
+        self._file.truncate(keep * self.ENTRY.size)
+
+    def write_pending(self) -> None:
+        self._file.write_pending()
+
+    def flush(self) -> None:
+        self._file.flush()
+
+    def close(self) -> None:
+        self._file.close()

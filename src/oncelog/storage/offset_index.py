@@ -10,52 +10,34 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
-from pathlib import Path
 
-from oncelog.storage.index_file import IndexFile
+from oncelog.storage.index_file import SparseIndex
 
 ENTRY = struct.Struct(">ii")
 
 
-class OffsetIndex:
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
+class OffsetIndex(SparseIndex):
+    ENTRY = ENTRY
+
+    def _clear(self) -> None:
         self._offsets = array("q")
         self._positions = array("q")
-        self._file = IndexFile(path)
-
-    def open(self) -> None:
-        self._file.open()
 
     def load(self, log_size: int) -> bool:
         """Read the file; return False (and keep nothing) if it is inconsistent."""
-        data = self.path.read_bytes() if self.path.exists() else b""
-        self._offsets = array("q")
-        self._positions = array("q")
-        if len(data) % ENTRY.size:
+        data = self._read_entries()
+        if data is None:
             return False
         last_offset, last_pos = -1, -1
         for rel, pos in ENTRY.iter_unpack(data):
             offset = self.base_offset + rel
             if offset <= last_offset or pos <= last_pos or pos >= log_size:
-                self._offsets = array("q")
-                self._positions = array("q")
+                self._clear()
                 return False
             self._offsets.append(offset)
             self._positions.append(pos)
             last_offset, last_pos = offset, pos
         return True
-
-    def reset(self) -> None:
-        """Drop every entry (before a rebuild)."""
-        self._offsets = array("q")
-        self._positions = array("q")
-        self._file.truncate(0)
-
-    @property
-    def entries(self) -> int:
-        return len(self._offsets)
 
     @property
     def last_offset(self) -> int:
@@ -83,13 +65,4 @@ class OffsetIndex:
         keep = bisect.bisect_left(self._positions, position)
         del self._offsets[keep:]
         del self._positions[keep:]
-        self._file.truncate(keep * ENTRY.size)
-
-    def write_pending(self) -> None:
-        self._file.write_pending()
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
+        self._truncate_file(keep)

@@ -9,48 +9,31 @@ from __future__ import annotations
 import bisect
 import struct
 from array import array
-from pathlib import Path
 
-from oncelog.storage.index_file import IndexFile
+from oncelog.storage.index_file import SparseIndex
 
 ENTRY = struct.Struct(">qi")
 
 
-class TimeIndex:
-    def __init__(self, path: Path, base_offset: int) -> None:
-        self.path = path
-        self.base_offset = base_offset
+class TimeIndex(SparseIndex):
+    ENTRY = ENTRY
+
+    def _clear(self) -> None:
         self._timestamps = array("q")
         self._offsets = array("q")
-        self._file = IndexFile(path)
-
-    def open(self) -> None:
-        self._file.open()
 
     def load(self, next_offset: int) -> bool:
-        data = self.path.read_bytes() if self.path.exists() else b""
-        self._timestamps = array("q")
-        self._offsets = array("q")
-        if len(data) % ENTRY.size:
+        data = self._read_entries()
+        if data is None:
             return False
         for ts, rel in ENTRY.iter_unpack(data):
             offset = self.base_offset + rel
             if (self._timestamps and ts <= self._timestamps[-1]) or offset >= next_offset:
-                self._timestamps = array("q")
-                self._offsets = array("q")
+                self._clear()
                 return False
             self._timestamps.append(ts)
             self._offsets.append(offset)
         return True
-
-    def reset(self) -> None:
-        self._timestamps = array("q")
-        self._offsets = array("q")
-        self._file.truncate(0)
-
-    @property
-    def entries(self) -> int:
-        return len(self._offsets)
 
     @property
     def last_timestamp(self) -> int:
@@ -73,13 +56,4 @@ class TimeIndex:
         keep = bisect.bisect_left(self._offsets, next_offset)
         del self._timestamps[keep:]
         del self._offsets[keep:]
-        self._file.truncate(keep * ENTRY.size)
-
-    def write_pending(self) -> None:
-        self._file.write_pending()
-
-    def flush(self) -> None:
-        self._file.flush()
-
-    def close(self) -> None:
-        self._file.close()
+        self._truncate_file(keep)
