@@ -8,11 +8,16 @@ could not each be acknowledged for what happened to them. Costs per batch: heade
 a C CRC32C; records are walked only to check the count and offset deltas (uncompressed in
 place, compressed after a capped decompression), and for a compacted topic their keys, in the
 same C walk, as Kafka refuses a record without a key there: the cleaner could never drop it.
+
+`check_follower_batches` checks a follower's append of the leader's stored batches (framing,
+magic, CRC32C, offsets) the same way: all of them before anything is written.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
+
+from crc32c import crc32c
 
 from oncelog.errors import (
     CorruptMessage,
@@ -21,6 +26,8 @@ from oncelog.errors import (
     UnsupportedCompressionType,
 )
 from oncelog.protocol.records.batch import (
+    CONTROL_FLAG,
+    CRC_START,
     CURRENT_MAGIC,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -28,12 +35,15 @@ from oncelog.protocol.records.batch import (
     MIN_BATCH_LENGTH,
     BatchHeader,
     compute_crc,
+    iter_batches,
     parse_header,
     peek_prefix,
 )
 from oncelog.protocol.records.compression import Codec, DecompressionError, decompress
+from oncelog.protocol.records.control import parse_marker_at
 from oncelog.protocol.records.record import KeylessRecordsError, RecordFormatError, check_records
 from oncelog.protocol.records.speedups import speedups as _speedups
+from oncelog.storage.log_info import UnexpectedAppendOffset
 
 _MIN_LEGACY_LENGTH = 14  # the smallest magic v0 message after its offset and length
 
@@ -168,3 +178,66 @@ def _check_batch(data: bytes | memoryview, pos: int, header: BatchHeader, compac
         raise KeylessRecords(exc.indexes) from exc
     except RecordFormatError as exc:
         raise InvalidRecord(str(exc)) from exc
+
+
+def check_follower_batches(
+    view: memoryview, tp: object, log_end: int, log_start: int
+) -> tuple[list[tuple[int, BatchHeader]], dict[int, tuple[bool, int]], int, int, int]:
+    """Check a follower append (`PartitionLog.append_as_follower`, the leader's stored
+    batches) before anything is written: (position, header) of each complete batch, the
+    markers of the control batches by offset, the bytes they span, their records and their
+    largest max timestamp; raise for the first invalid one (`UnexpectedAppendOffset` when the
+    first starts below `log_end`). One pass without per-batch helper calls: it runs on every
+    batch a follower stores."""
+    batches = list(iter_batches(view))
+    valid = batches[-1][0] + batches[-1][1].size if batches else 0
+    rest = len(view) - valid
+    if rest >= LOG_OVERHEAD and peek_prefix(view, valid)[1] < MIN_BATCH_LENGTH:
+        raise CorruptMessage(
+            f"{tp}: batch at byte {valid} of a follower append has length "
+            f"{peek_prefix(view, valid)[1]}"
+        )
+    markers: dict[int, tuple[bool, int]] = {}
+    next_offset = log_end
+    records = 0
+    max_timestamp = -1
+    for k, (pos, header) in enumerate(batches):
+        base = header.base_offset
+        if header.magic != CURRENT_MAGIC:
+            raise CorruptMessage(f"{tp}: batch at offset {base} has magic v{header.magic}")
+        end = pos + header.batch_length + LOG_OVERHEAD
+        if crc32c(view[pos + CRC_START : end]) != header.crc:
+            raise CorruptMessage(
+                f"{tp}: CRC32C mismatch in the batch at offset {base} "
+                f"(byte {pos}) of a follower append"
+            )
+        delta = header.last_offset_delta
+        if delta < 0 or header.record_count < 0:
+            raise InvalidRecord(
+                f"{tp}: batch at offset {base} has lastOffsetDelta "
+                f"{delta}, {header.record_count} records"
+            )
+        if base < next_offset:
+            if k == 0:
+                raise UnexpectedAppendOffset(
+                    f"{tp}: follower append starts at offset {base}, "
+                    f"below the log end {next_offset} (log start {log_start})",
+                    base,
+                    batches[-1][1].last_offset,
+                )
+            raise InvalidRecord(
+                f"{tp}: offsets out of order in a follower append: batch at "
+                f"{base} follows one ending at {next_offset - 1}"
+            )
+        if header.attributes & CONTROL_FLAG and header.producer_id >= 0 and header.record_count:
+            # (a control batch without records is a marker the leader's cleaner emptied)
+            marker = parse_marker_at(view, pos)
+            if marker is None:
+                raise InvalidRecord(
+                    f"{tp}: control batch at offset {base} is not a transaction marker"
+                )
+            markers[base] = marker
+        next_offset = base + delta + 1
+        records += header.record_count
+        max_timestamp = max(max_timestamp, header.max_timestamp)
+    return batches, markers, valid, records, max_timestamp
