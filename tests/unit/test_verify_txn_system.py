@@ -7,12 +7,9 @@ from collections.abc import Hashable, Sequence
 
 import pytest
 
+from oncelog.verify.copy_check import CopyCheck, check_copy
 from oncelog.verify.roles import java_string_hash
-from oncelog.verify.txn_system import (
-    CopyCheck,
-    check_copy,
-    coordinator_partition,
-)
+from oncelog.verify.txn_system import coordinator_partition
 
 
 def records(*values: Hashable, start: int = 0) -> list[tuple[int, Hashable]]:

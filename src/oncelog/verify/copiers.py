@@ -30,10 +30,13 @@ change meant for one test would move the other's behaviour.
 from __future__ import annotations
 
 import random
+import threading
 import time
+from dataclasses import dataclass
 from functools import partial
+from typing import Protocol
 
-from confluent_kafka import Consumer, KafkaException, Message, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, Message, Producer
 from confluent_kafka import TopicPartition as CkTopicPartition
 
 from oncelog.verify import history as h
@@ -265,3 +268,308 @@ def _committed_text(tp: CkTopicPartition) -> str:
     if tp.error is not None:
         return f"p{tp.partition}=? ({tp.error.name()})"
     return f"p{tp.partition}={tp.offset if tp.offset >= 0 else 'none'}"
+
+
+# --- verify transactions ------------------------------------------------------------------------
+
+
+class CopyJobConfig(Protocol):
+    """The part of `txn_system.TxnTestConfig` a copier reads."""
+
+    @property
+    def transaction_size(self) -> int:
+        """The most records one consume() (hence one transaction) copies."""
+        ...
+
+
+class CopyJob(Protocol):
+    """What a `TxnTestCopier` uses of its run (`txn_system.TxnTest`)."""
+
+    @property
+    def bootstrap(self) -> str: ...
+
+    @property
+    def input_topic(self) -> str: ...
+
+    @property
+    def output_topic(self) -> str: ...
+
+    @property
+    def group(self) -> str:
+        """The copiers' consumer group."""
+        ...
+
+    @property
+    def config(self) -> CopyJobConfig: ...
+
+    @property
+    def done(self) -> threading.Event:
+        """Set when the copy is over (complete, timed out, or the run broke)."""
+        ...
+
+    def allowance(self) -> int:
+        """How many more records the copiers may copy now (`--faults-min`)."""
+        ...
+
+    def event(self, who: str, what: str, error: str) -> None:
+        """A copier's notable moment (abort, recreation) for the report."""
+        ...
+
+    def copied_add(self, n: int) -> None:
+        """`n` more records copied in a committed transaction."""
+        ...
+
+
+@dataclass(slots=True)
+class CopierCounts:
+    """What the copiers went through (summed over copiers for the report)."""
+
+    transactions: int = 0
+    commits: int = 0
+    aborts: int = 0
+    commit_retries: int = 0
+    restarts: int = 0
+    fencings: int = 0
+    stuck: int = 0
+    consumer_replacements: int = 0
+    rewinds: int = 0
+    rebalances: int = 0
+
+    def add(self, other: CopierCounts) -> None:
+        for name in self.__slots__:
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+
+class TxnTestCopier(threading.Thread):
+    """`verify transactions`' copier: Kafka's TransactionalMessageCopier, in confluent-kafka
+    (why not `HistoryCopier`: module docstring).
+
+    Each batch the consumer returns is one transaction: its records go to the output partition
+    with their input partition's number, the offsets after them go into the transaction with
+    the consumer's group metadata (taken when the batch was polled, as Java's groupMetadata()
+    only changes in poll), then commit. A transaction is never open across consume(), where
+    rebalance callbacks run, so a revoked partition's records are always decided before another
+    member gets it; a batch from a consume() that ran one is dropped for a rewind. Errors: abort
+    and rewind to the committed offsets; a fatal error (fenced) or a failed abort recreates the
+    producer under the same transactional.id.
+    """
+
+    def __init__(self, job: CopyJob, index: int) -> None:
+        super().__init__(name=f"copier{index}", daemon=True)
+        self.job = job
+        self.transactional_id = f"{job.input_topic}-copier{index}"
+        self.counts = CopierCounts()
+        self.failure: BaseException | None = None
+        self.generation = 0
+        self.abandoned: list[Producer | Consumer] = []
+        #: Rebalance callbacks run so far (inside consume()).
+        self.moves = 0
+
+    # clients
+
+    def make_producer(self) -> Producer:
+        """A transactional producer, initialized (fencing any earlier instance)."""
+        self.generation += 1
+        producer = Producer(
+            {
+                "bootstrap.servers": self.job.bootstrap,
+                "log_level": 0,
+                "transactional.id": self.transactional_id,
+                "transaction.timeout.ms": 40000,
+                "message.timeout.ms": 30000,
+                "linger.ms": 5,
+                "client.id": f"{self.transactional_id}.{self.generation}",
+            }
+        )
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                bounded(partial(producer.init_transactions, 30), 60)
+                return producer
+            except KafkaException as e:
+                if e.args[0].fatal() or time.monotonic() > deadline:
+                    raise
+            except ClientStuck:
+                if time.monotonic() > deadline:
+                    raise
+            if self.job.done.is_set():
+                return producer
+
+    def make_consumer(self) -> Consumer:
+        consumer = new_consumer(
+            self.job.bootstrap,
+            self.job.group,
+            "read_committed",
+            f"{self.transactional_id}.consumer",
+            **{
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 10000,
+                "heartbeat.interval.ms": 1000,
+            },
+        )
+
+        def assigned(_: Consumer, partitions: list[CkTopicPartition]) -> None:
+            self.counts.rebalances += 1
+            self.moves += 1
+
+        def revoked(_: Consumer, partitions: list[CkTopicPartition]) -> None:
+            self.moves += 1
+
+        consumer.subscribe(
+            [self.job.input_topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked
+        )
+        return consumer
+
+    def close_consumer(self, consumer: Consumer) -> None:
+        try:
+            bounded(consumer.close, 15)
+        except (KafkaException, ClientStuck, RuntimeError):
+            self.abandoned.append(consumer)
+
+    def replace_consumer(self, consumer: Consumer) -> Consumer:
+        """A new group member: it starts from the committed offsets (a rewind)."""
+        self.counts.consumer_replacements += 1
+        self.close_consumer(consumer)
+        return self.make_consumer()
+
+    def replace_producer(self, producer: Producer, reason: str, error: str = "") -> Producer:
+        """Recreate under the same transactional.id; init_transactions fences the old one and
+        aborts its open transaction. The old handle stays referenced (it may be blocked)."""
+        self.job.event(self.transactional_id, f"producer recreated ({reason})", error)
+        self.counts.restarts += 1
+        if reason == "fenced":
+            self.counts.fencings += 1
+        elif reason == "stuck":
+            self.counts.stuck += 1
+        self.abandoned.append(producer)
+        return self.make_producer()
+
+    def rewind(self, consumer: Consumer) -> Consumer:
+        """Back to the group's committed offsets; a consumer that cannot seek is replaced."""
+        self.counts.rewinds += 1
+        try:
+            assignment = consumer.assignment()
+            committed = bounded(partial(consumer.committed, assignment, 15), 30)
+            if any(tp.error is not None for tp in committed):
+                # A partition librdkafka gave up on (say, still UNSTABLE_OFFSET_COMMIT) comes
+                # back with an error and no offset: not a reason to copy from the beginning.
+                return self.replace_consumer(consumer)
+            for tp in committed:
+                if tp.offset < 0:
+                    tp.offset = OFFSET_BEGINNING
+                consumer.seek(tp)
+            return consumer
+        except (KafkaException, ClientStuck, RuntimeError):
+            return self.replace_consumer(consumer)
+
+    # transactions
+
+    def commit(self, producer: Producer) -> None:
+        """commit_transaction, retried while retriable (an answer lost to a dead coordinator
+        is asked again: librdkafka resumes the same commit)."""
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                bounded(partial(producer.commit_transaction, 30), 60)
+                return
+            except KafkaException as e:
+                err = e.args[0]
+                if err.fatal() or err.txn_requires_abort() or not err.retriable():
+                    raise
+                if time.monotonic() > deadline:
+                    raise
+                self.counts.commit_retries += 1
+
+    def abort(self, producer: Producer) -> bool:
+        """abort_transaction, retried while retriable; False when the producer must go."""
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                bounded(partial(producer.abort_transaction, 30), 60)
+                self.counts.aborts += 1
+                return True
+            except KafkaException as e:
+                err = e.args[0]
+                if err.fatal() or not err.retriable() or time.monotonic() > deadline:
+                    return False
+            except ClientStuck:
+                return False
+
+    def copy(self, producer: Producer, consumer: Consumer, records: list[Message]) -> None:
+        """One transaction: the copies, the consumed offsets, commit."""
+        meta = consumer.consumer_group_metadata()
+        producer.begin_transaction()
+        self.counts.transactions += 1
+        ends: dict[int, int] = {}
+        for m in records:
+            partition, offset = m.partition(), m.offset()
+            assert partition is not None and offset is not None
+            while True:
+                try:
+                    producer.produce(self.job.output_topic, m.value(), m.key(), partition=partition)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            ends[partition] = offset + 1
+        offsets = [CkTopicPartition(self.job.input_topic, p, o) for p, o in sorted(ends.items())]
+        bounded(partial(producer.send_offsets_to_transaction, offsets, meta, 30), 60)
+        self.commit(producer)
+        self.counts.commits += 1
+        self.job.copied_add(len(records))
+
+    def work(self) -> None:
+        producer, consumer = self.make_producer(), self.make_consumer()
+        gated = False
+        while not self.job.done.is_set():
+            if self.job.allowance() <= 0:
+                gated = True
+                consumer.pause(consumer.assignment())
+            elif gated:
+                consumer.resume(consumer.assignment())
+                gated = False
+            moves = self.moves
+            try:
+                polled = consumer.consume(self.job.config.transaction_size, 0.5)
+                records = [m for m in polled if m.error() is None]
+                assigned = {tp.partition for tp in consumer.assignment()} if records else set()
+            except KafkaException:
+                consumer = self.replace_consumer(consumer)
+                continue
+            if records and (
+                self.moves != moves or any(m.partition() not in assigned for m in records)
+            ):
+                # The batch may hold records of the assignment before the rebalance, which the
+                # new one reads again from the committed offsets: copy none, start from those.
+                consumer = self.rewind(consumer)
+                continue
+            if not records:
+                continue
+            try:
+                self.copy(producer, consumer, records)
+                continue
+            except ClientStuck as e:
+                # The librdkafka coordinator bug (see clients.bounded): abandon both handles.
+                producer = self.replace_producer(producer, "stuck", str(e))
+                consumer = self.replace_consumer(consumer)
+                continue
+            except KafkaException as e:
+                err = e.args[0]
+                text = f"{err.name()}: {err.str()}"
+                if err.fatal():
+                    producer = self.replace_producer(producer, "fenced", text)
+                else:
+                    self.job.event(self.transactional_id, "abort", text)
+                    if not self.abort(producer):
+                        producer = self.replace_producer(producer, "abort failed", text)
+            consumer = self.rewind(consumer)
+        self.close_consumer(consumer)
+        try:
+            bounded(partial(producer.flush, 10), 20)
+        except ClientStuck:
+            self.abandoned.append(producer)
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except BaseException as e:  # reported by the run (exit 2)
+            self.failure = e

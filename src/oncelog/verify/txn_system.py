@@ -14,9 +14,11 @@ Why no history here, unlike `verify run`: the claim is about end states (every i
 once, in order), and 100,000 records through a history would cost more than the copy. The proof
 of an anomaly is its evidence (partition, offsets, values, the faults) in the report.
 
-The check (`check_copy`) is a pure function over per-partition sequences, testable without a
-broker. Fault targets are chosen by role from metadata (a partition leader, a transaction
-coordinator, the group coordinator), as those are the brokers whose loss tests the protocol.
+The check (`copy_check.check_copy`) is a pure function over per-partition sequences, testable
+without a broker. The copier is `copiers.TxnTestCopier` (that module says why it is not `verify
+run`'s `HistoryCopier`). Fault targets are chosen by role from metadata (a partition leader, a
+transaction coordinator, the group coordinator), as those are the brokers whose loss tests the
+protocol.
 """
 
 from __future__ import annotations
@@ -29,15 +31,13 @@ import tempfile
 import threading
 import time
 import uuid
-from bisect import bisect_left
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -49,137 +49,19 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 
 from oncelog.verify.clients import ClientStuck, bounded, create_topics, new_consumer
 from oncelog.verify.cluster import LocalCluster
+from oncelog.verify.copiers import CopierCounts, TxnTestCopier
+from oncelog.verify.copy_check import CopyCheck, Value, check_copy
 from oncelog.verify.roles import txn_partition
 
 FAULT_KINDS = ("kill", "bounce")
 ROLES = ("leader", "txn-coordinator", "group-coordinator")
 TXN_TOPIC = "__transaction_state"
 OFFSETS_TOPIC = "__consumer_offsets"
-EXAMPLES = 5
 MAX_EVENTS = 100
-
-Value = Hashable  # a record's value: an int when it parses as one, else the text
 
 
 class RunBroken(Exception):
     """The run itself failed (not the broker's promises): exit 2 with this one line."""
-
-
-# --- the check -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class CopyCheck:
-    """Expected values per partition (in order) against the records found there."""
-
-    expected: int = 0
-    found: int = 0
-    copied: int = 0
-    duplicates: int = 0
-    missing: int = 0
-    order_violations: int = 0
-    unexpected: int = 0
-    examples: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
-
-    @property
-    def anomalies(self) -> int:
-        return self.duplicates + self.missing + self.order_violations + self.unexpected
-
-    @property
-    def ok(self) -> bool:
-        return self.anomalies == 0
-
-    def example(self, kind: str, item: dict[str, Any], limit: int) -> None:
-        shown = self.examples.setdefault(kind, [])
-        if len(shown) < limit:
-            shown.append(item)
-
-    def to_json(self) -> dict[str, Any]:
-        return {**asdict(self), "ok": self.ok}
-
-
-def _longest_increasing(indices: Sequence[int]) -> set[int]:
-    """Positions (into `indices`) of one longest strictly increasing subsequence."""
-    tails: list[int] = []  # tails[k]: smallest tail value of an increasing run of length k+1
-    tail_at: list[int] = []  # its position
-    before = [-1] * len(indices)
-    for pos, x in enumerate(indices):
-        k = bisect_left(tails, x)
-        if k == len(tails):
-            tails.append(x)
-            tail_at.append(pos)
-        else:
-            tails[k], tail_at[k] = x, pos
-        before[pos] = tail_at[k - 1] if k > 0 else -1
-    keep: set[int] = set()
-    pos = tail_at[-1] if tail_at else -1
-    while pos >= 0:
-        keep.add(pos)
-        pos = before[pos]
-    return keep
-
-
-def check_copy(
-    expected: Mapping[int, Sequence[Value]],
-    found: Mapping[int, Sequence[tuple[int, Value]]],
-    examples: int = EXAMPLES,
-) -> CopyCheck:
-    """Does partition p of `found` (offset, value records) hold exactly `expected[p]`, once
-    each, in order?
-
-    - duplicate: a further record of a value already found in its partition (each counts);
-    - missing: an expected value found nowhere in its partition;
-    - order violation: the fewest records that must move to restore the expected order (those
-      outside a longest in-order subsequence of first copies);
-    - unexpected: a record whose value partition p does not expect (misplaced or never written).
-    """
-    result = CopyCheck()
-    for p in sorted(set(expected) | set(found)):
-        want = list(expected.get(p, ()))
-        position = {v: i for i, v in enumerate(want)}
-        result.expected += len(want)
-        first_offset: dict[Value, int] = {}
-        firsts: list[tuple[int, Value, int]] = []  # (offset, value, expected index)
-        for offset, value in found.get(p, ()):
-            result.found += 1
-            index = position.get(value)
-            if index is None:
-                result.unexpected += 1
-                item = {"partition": p, "offset": offset, "value": value}
-                result.example("unexpected", item, examples)
-            elif value in first_offset:
-                result.duplicates += 1
-                item = {"partition": p, "value": value, "offsets": (first_offset[value], offset)}
-                result.example("duplicates", item, examples)
-            else:
-                first_offset[value] = offset
-                firsts.append((offset, value, index))
-        result.copied += len(firsts)
-        for i, value in enumerate(want):
-            if value not in first_offset:
-                result.missing += 1
-                after = want[i - 1] if i else None
-                item = {"partition": p, "value": value, "expected_after": after}
-                result.example("missing", item, examples)
-        in_order = _longest_increasing([index for _, _, index in firsts])
-        for pos, (offset, value, index) in enumerate(firsts):
-            if pos in in_order:
-                continue
-            result.order_violations += 1
-            # The evidence: its neighbours in the input, and where the output has them.
-            before = want[index - 1] if index > 0 else None
-            after = want[index + 1] if index + 1 < len(want) else None
-            item = {
-                "partition": p,
-                "offset": offset,
-                "value": value,
-                "input_before": before,
-                "input_before_offset": first_offset.get(before),
-                "input_after": after,
-                "input_after_offset": first_offset.get(after),
-            }
-            result.example("order_violations", item, examples)
-    return result
 
 
 # --- roles (fault targets) -----------------------------------------------------------------
@@ -190,7 +72,7 @@ def coordinator_partition(key: str, partitions: int) -> int:
     return txn_partition(key, partitions)
 
 
-# --- configuration and counts ----------------------------------------------------------------
+# --- configuration and fault records -------------------------------------------------------------
 
 
 @dataclass(slots=True)
@@ -222,26 +104,6 @@ class TxnTestConfig:
 
 
 @dataclass(slots=True)
-class CopierCounts:
-    """What the copiers went through (summed over copiers for the report)."""
-
-    transactions: int = 0
-    commits: int = 0
-    aborts: int = 0
-    commit_retries: int = 0
-    restarts: int = 0
-    fencings: int = 0
-    stuck: int = 0
-    consumer_replacements: int = 0
-    rewinds: int = 0
-    rebalances: int = 0
-
-    def add(self, other: CopierCounts) -> None:
-        for name in self.__slots__:
-            setattr(self, name, getattr(self, name) + getattr(other, name))
-
-
-@dataclass(slots=True)
 class FaultRecord:
     kind: str
     broker: int
@@ -250,243 +112,6 @@ class FaultRecord:
     at: float
     down_seconds: float = 0.0
     recovered_seconds: float | None = None
-
-
-# --- the copier ---------------------------------------------------------------------------------
-
-
-class Copier(threading.Thread):
-    """One transactional copier: Kafka's TransactionalMessageCopier, in confluent-kafka.
-
-    Each batch the consumer returns is one transaction: its records go to the output partition
-    with their input partition's number, the offsets after them go into the transaction with
-    the consumer's group metadata (taken when the batch was polled, as Java's groupMetadata()
-    only changes in poll), then commit. A transaction is never open across consume(), where
-    rebalance callbacks run, so a revoked partition's records are always decided before another
-    member gets it; a batch from a consume() that ran one is dropped for a rewind. Errors: abort
-    and rewind to the committed offsets; a fatal error (fenced) or a failed abort recreates the
-    producer under the same transactional.id.
-    """
-
-    def __init__(self, job: TxnTest, index: int) -> None:
-        super().__init__(name=f"copier{index}", daemon=True)
-        self.job = job
-        self.transactional_id = f"{job.input_topic}-copier{index}"
-        self.counts = CopierCounts()
-        self.failure: BaseException | None = None
-        self.generation = 0
-        self.abandoned: list[Producer | Consumer] = []
-        #: Rebalance callbacks run so far (inside consume()).
-        self.moves = 0
-
-    # clients
-
-    def make_producer(self) -> Producer:
-        """A transactional producer, initialized (fencing any earlier instance)."""
-        self.generation += 1
-        producer = Producer(
-            {
-                "bootstrap.servers": self.job.bootstrap,
-                "log_level": 0,
-                "transactional.id": self.transactional_id,
-                "transaction.timeout.ms": 40000,
-                "message.timeout.ms": 30000,
-                "linger.ms": 5,
-                "client.id": f"{self.transactional_id}.{self.generation}",
-            }
-        )
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                bounded(partial(producer.init_transactions, 30), 60)
-                return producer
-            except KafkaException as e:
-                if e.args[0].fatal() or time.monotonic() > deadline:
-                    raise
-            except ClientStuck:
-                if time.monotonic() > deadline:
-                    raise
-            if self.job.done.is_set():
-                return producer
-
-    def make_consumer(self) -> Consumer:
-        consumer = new_consumer(
-            self.job.bootstrap,
-            self.job.group,
-            "read_committed",
-            f"{self.transactional_id}.consumer",
-            **{
-                "auto.offset.reset": "earliest",
-                "session.timeout.ms": 10000,
-                "heartbeat.interval.ms": 1000,
-            },
-        )
-
-        def assigned(_: Consumer, partitions: list[CkTopicPartition]) -> None:
-            self.counts.rebalances += 1
-            self.moves += 1
-
-        def revoked(_: Consumer, partitions: list[CkTopicPartition]) -> None:
-            self.moves += 1
-
-        consumer.subscribe(
-            [self.job.input_topic], on_assign=assigned, on_revoke=revoked, on_lost=revoked
-        )
-        return consumer
-
-    def close_consumer(self, consumer: Consumer) -> None:
-        try:
-            bounded(consumer.close, 15)
-        except (KafkaException, ClientStuck, RuntimeError):
-            self.abandoned.append(consumer)
-
-    def replace_consumer(self, consumer: Consumer) -> Consumer:
-        """A new group member: it starts from the committed offsets (a rewind)."""
-        self.counts.consumer_replacements += 1
-        self.close_consumer(consumer)
-        return self.make_consumer()
-
-    def replace_producer(self, producer: Producer, reason: str, error: str = "") -> Producer:
-        """Recreate under the same transactional.id; init_transactions fences the old one and
-        aborts its open transaction. The old handle stays referenced (it may be blocked)."""
-        self.job.event(self.transactional_id, f"producer recreated ({reason})", error)
-        self.counts.restarts += 1
-        if reason == "fenced":
-            self.counts.fencings += 1
-        elif reason == "stuck":
-            self.counts.stuck += 1
-        self.abandoned.append(producer)
-        return self.make_producer()
-
-    def rewind(self, consumer: Consumer) -> Consumer:
-        """Back to the group's committed offsets; a consumer that cannot seek is replaced."""
-        self.counts.rewinds += 1
-        try:
-            assignment = consumer.assignment()
-            committed = bounded(partial(consumer.committed, assignment, 15), 30)
-            if any(tp.error is not None for tp in committed):
-                # A partition librdkafka gave up on (say, still UNSTABLE_OFFSET_COMMIT) comes
-                # back with an error and no offset: not a reason to copy from the beginning.
-                return self.replace_consumer(consumer)
-            for tp in committed:
-                if tp.offset < 0:
-                    tp.offset = OFFSET_BEGINNING
-                consumer.seek(tp)
-            return consumer
-        except (KafkaException, ClientStuck, RuntimeError):
-            return self.replace_consumer(consumer)
-
-    # transactions
-
-    def commit(self, producer: Producer) -> None:
-        """commit_transaction, retried while retriable (an answer lost to a dead coordinator
-        is asked again: librdkafka resumes the same commit)."""
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                bounded(partial(producer.commit_transaction, 30), 60)
-                return
-            except KafkaException as e:
-                err = e.args[0]
-                if err.fatal() or err.txn_requires_abort() or not err.retriable():
-                    raise
-                if time.monotonic() > deadline:
-                    raise
-                self.counts.commit_retries += 1
-
-    def abort(self, producer: Producer) -> bool:
-        """abort_transaction, retried while retriable; False when the producer must go."""
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                bounded(partial(producer.abort_transaction, 30), 60)
-                self.counts.aborts += 1
-                return True
-            except KafkaException as e:
-                err = e.args[0]
-                if err.fatal() or not err.retriable() or time.monotonic() > deadline:
-                    return False
-            except ClientStuck:
-                return False
-
-    def copy(self, producer: Producer, consumer: Consumer, records: list[Message]) -> None:
-        """One transaction: the copies, the consumed offsets, commit."""
-        meta = consumer.consumer_group_metadata()
-        producer.begin_transaction()
-        self.counts.transactions += 1
-        ends: dict[int, int] = {}
-        for m in records:
-            partition, offset = m.partition(), m.offset()
-            assert partition is not None and offset is not None
-            while True:
-                try:
-                    producer.produce(self.job.output_topic, m.value(), m.key(), partition=partition)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
-            ends[partition] = offset + 1
-        offsets = [CkTopicPartition(self.job.input_topic, p, o) for p, o in sorted(ends.items())]
-        bounded(partial(producer.send_offsets_to_transaction, offsets, meta, 30), 60)
-        self.commit(producer)
-        self.counts.commits += 1
-        self.job.copied_add(len(records))
-
-    def work(self) -> None:
-        producer, consumer = self.make_producer(), self.make_consumer()
-        gated = False
-        while not self.job.done.is_set():
-            if self.job.allowance() <= 0:
-                gated = True
-                consumer.pause(consumer.assignment())
-            elif gated:
-                consumer.resume(consumer.assignment())
-                gated = False
-            moves = self.moves
-            try:
-                polled = consumer.consume(self.job.config.transaction_size, 0.5)
-                records = [m for m in polled if m.error() is None]
-                assigned = {tp.partition for tp in consumer.assignment()} if records else set()
-            except KafkaException:
-                consumer = self.replace_consumer(consumer)
-                continue
-            if records and (
-                self.moves != moves or any(m.partition() not in assigned for m in records)
-            ):
-                # The batch may hold records of the assignment before the rebalance, which the
-                # new one reads again from the committed offsets: copy none, start from those.
-                consumer = self.rewind(consumer)
-                continue
-            if not records:
-                continue
-            try:
-                self.copy(producer, consumer, records)
-                continue
-            except ClientStuck as e:
-                # The librdkafka coordinator bug (see clients.bounded): abandon both handles.
-                producer = self.replace_producer(producer, "stuck", str(e))
-                consumer = self.replace_consumer(consumer)
-                continue
-            except KafkaException as e:
-                err = e.args[0]
-                text = f"{err.name()}: {err.str()}"
-                if err.fatal():
-                    producer = self.replace_producer(producer, "fenced", text)
-                else:
-                    self.job.event(self.transactional_id, "abort", text)
-                    if not self.abort(producer):
-                        producer = self.replace_producer(producer, "abort failed", text)
-            consumer = self.rewind(consumer)
-        self.close_consumer(consumer)
-        try:
-            bounded(partial(producer.flush, 10), 20)
-        except ClientStuck:
-            self.abandoned.append(producer)
-
-    def run(self) -> None:
-        try:
-            self.work()
-        except BaseException as e:  # reported by the run (exit 2)
-            self.failure = e
 
 
 # --- the run -----------------------------------------------------------------------------------
@@ -517,7 +142,7 @@ class TxnTest:
         self._admin: AdminClient | None = None
         self._roles = itertools.cycle(ROLES)
         self._turn = itertools.count()
-        self._copiers: list[Copier] = []
+        self._copiers: list[TxnTestCopier] = []
         self.began = time.monotonic()
         self.events: list[dict[str, Any]] = []
 
@@ -770,7 +395,7 @@ class TxnTest:
             return None
         return sum(min(max(tp.offset, 0), ends[tp.partition]) for tp in committed)
 
-    def monitor(self, ends: dict[int, int], copiers: list[Copier]) -> bool:
+    def monitor(self, ends: dict[int, int], copiers: list[TxnTestCopier]) -> bool:
         """Until the group's committed offsets reach the input's end offsets (every input
         copied), all copiers died, or the copy timeout; prints progress. True when complete."""
         total = sum(ends.values())
@@ -804,7 +429,7 @@ class TxnTest:
         )
 
     @staticmethod
-    def copier_counts(copiers: Sequence[Copier]) -> CopierCounts:
+    def copier_counts(copiers: Sequence[TxnTestCopier]) -> CopierCounts:
         total = CopierCounts()
         for c in copiers:
             total.add(c.counts)
@@ -812,7 +437,7 @@ class TxnTest:
 
     # faults
 
-    def find_target(self, role: str, copiers: Sequence[Copier]) -> tuple[int, str] | None:
+    def find_target(self, role: str, copiers: Sequence[TxnTestCopier]) -> tuple[int, str] | None:
         """(broker id, what it holds) for a broker in `role`, from the cluster's metadata."""
         turn = next(self._turn)
         if role == "group-coordinator":
@@ -875,7 +500,7 @@ class TxnTest:
             time.sleep(2)
             self.cluster.start_broker(node)  # a second failure breaks the run
 
-    def fault_loop(self, copiers: Sequence[Copier]) -> None:
+    def fault_loop(self, copiers: Sequence[TxnTestCopier]) -> None:
         """Faults one at a time until the copy is done: wait the quiet interval, hit a broker
         in the next role (leader, transaction coordinator, group coordinator), restart it,
         wait until every partition has its full ISR again."""
@@ -931,7 +556,7 @@ class TxnTest:
         self.seconds["seed"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
         self.commit_start()
-        self._copiers = [Copier(self, i) for i in range(cfg.copiers)]
+        self._copiers = [TxnTestCopier(self, i) for i in range(cfg.copiers)]
         for c in self._copiers:
             c.start()
         faulter: threading.Thread | None = None
