@@ -1,16 +1,20 @@
-"""One classic group: its state, generation, members and committed offsets.
+"""One classic group: its state, generation, members and (a view of) its offsets.
 
 Theory of operation: `Group` is plain data plus the rules that read it (who is fenced, which
 protocol wins, whether everybody has rejoined). It changes state only through `transition`,
-which checks the table in `state.py`; the coordinator decides when.
+which checks the table in `state.py`; the membership manager (`membership.py`) decides when.
+Its offsets belong to the offset manager (`offsets.py`); `offsets` and
+`pending_txn_offsets` are read-only views of them.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from oncelog.coordinator.group.member import Member
+from oncelog.coordinator.group.offsets import GroupOffsets
 from oncelog.coordinator.group.records import GroupValue, MemberValue, OffsetValue
 from oncelog.coordinator.group.state import GroupState, check_transition
 from oncelog.types import TopicPartition
@@ -26,7 +30,7 @@ class Deadlines:
 
 
 class Group:
-    def __init__(self, group_id: str) -> None:
+    def __init__(self, group_id: str, offset_state: GroupOffsets | None = None) -> None:
         self.group_id = group_id
         self.state = GroupState.EMPTY
         self.generation = 0
@@ -37,13 +41,9 @@ class Group:
         self.static_members: dict[str, str] = {}
         #: Member ids handed out with MEMBER_ID_REQUIRED (KIP-394) -> when they expire.
         self.pending_members: dict[str, int] = {}
-        self.offsets: dict[TopicPartition, OffsetValue] = {}
-        #: Transactional offsets awaiting their producer's marker: producer id -> partition
-        #: -> (offset, replay position). The marker commits or drops them.
-        self.pending_txn_offsets: dict[int, dict[TopicPartition, tuple[OffsetValue, int]]] = {}
-        #: Replay position of each partition's last plain commit: a transactional offset
-        #: written before it must not overwrite it when its transaction commits later.
-        self.offset_positions: dict[TopicPartition, int] = {}
+        #: The group's offsets, kept (and changed) by the coordinator's `OffsetManager`,
+        #: which opened this entry with the group; read here through `offsets`.
+        self.offset_state = offset_state if offset_state is not None else GroupOffsets()
         self.timers = Deadlines()
         #: A new member joined during the initial rebalance delay (which then extends).
         self.new_member_added = False
@@ -55,6 +55,19 @@ class Group:
 
     def in_state(self, *states: GroupState) -> bool:
         return self.state in states
+
+    # -- offsets (read-only views of `offset_state`) -------------------------------------------
+
+    @property
+    def offsets(self) -> Mapping[TopicPartition, OffsetValue]:
+        """Committed offsets."""
+        return self.offset_state.committed
+
+    @property
+    def pending_txn_offsets(self) -> Mapping[int, Mapping[TopicPartition, tuple[OffsetValue, int]]]:
+        """Transactional offsets awaiting their producer's marker: producer id -> partition
+        -> (offset, replay position)."""
+        return self.offset_state.pending
 
     def has_pending_offsets(self, tp: TopicPartition) -> bool:
         return any(tp in pending for pending in self.pending_txn_offsets.values())
