@@ -26,10 +26,13 @@ pytestmark = [pytest.mark.integration]
 TIMEOUT = 30.0
 
 
-def serve(*args: str, timeout: float = TIMEOUT) -> subprocess.CompletedProcess[str]:
-    """Run `python -m oncelog serve ARGS` expecting it to exit by itself."""
+def serve(
+    *args: str, timeout: float = TIMEOUT, log_level: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    """Run `python -m oncelog [--log-level L] serve ARGS` expecting it to exit by itself."""
+    level = ["--log-level", log_level] if log_level else []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "oncelog", "serve", *args],
+        [sys.executable, "-m", "oncelog", *level, "serve", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -110,6 +113,22 @@ def test_port_in_use_is_found_before_the_disk_is_touched(tmp_path: Path) -> None
         f"oncelog: cannot listen on 127.0.0.1:{port}: Address already in use"
     )
     assert not (tmp_path / "new").exists()
+
+
+def test_debug_adds_the_cause_of_a_start_up_error(tmp_path: Path) -> None:
+    """--log-level DEBUG: the traceback of the OSError behind the line, then the same line."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = serve(
+            "--listen", f"127.0.0.1:{port}", "--data-dir", str(tmp_path), log_level="DEBUG"
+        )
+    assert result.returncode == 1
+    assert "DEBUG oncelog.server.app: start-up failed" in result.stderr
+    assert "OSError: [Errno 98] Address already in use" in result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert last == f"oncelog: cannot listen on 127.0.0.1:{port}: Address already in use"
 
 
 def test_data_dir_that_is_a_file(tmp_path: Path) -> None:
@@ -205,7 +224,7 @@ def test_serve_help_names_ready_line_sigterm_and_config_docs() -> None:
     text = " ".join(result.stdout.split())
     assert "ready on HOST:PORT" in text
     assert "SIGTERM" in text
-    assert "README.md" in text and "Configuration" in text
+    assert "docs/configuration.md" in text
     for option in ("--listen", "--data-dir", "--node-id", "--override", "properties"):
         assert option in text
 

@@ -2,7 +2,7 @@
 starts, with every fault kind; and the same workload against a deliberately weakened cluster,
 which must show the writes it loses (proof that the faults bite and the checker sees it).
 
-The long versions (300 s, 30 min soak) are in the README; these are bounded to about 90 s each.
+The long versions (300 s, 30 min soak) are in docs/verify.md; these are bounded to about 90 s each.
 """
 
 from __future__ import annotations

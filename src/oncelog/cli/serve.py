@@ -34,8 +34,8 @@ first one's and the line names every listener's bound port before the console's:
   ..., listeners=PLAINTEXT://HOST:PORT,SASL_SSL://HOST:PORT
 
 Configuration uses Kafka's broker keys, names and defaults: the properties file is read
-first, then --override and the shortcuts win over it. The keys are listed in README.md,
-section "Configuration"; each key's default and Kafka bound is in oncelog/config.py.
+first, then --override and the shortcuts win over it. The keys are listed in
+docs/configuration.md; each key's default and Kafka bound is in oncelog/config.py.
 Values outside Kafka's bounds exit with status 2; unknown keys are logged as warnings.
 A log directory is locked (<dir>/.lock) while a broker uses it; a second broker on it, a
 taken port (Kafka or HTTP) or an unusable directory exit with status 1 and one line on stderr."""

@@ -709,7 +709,7 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
                 companion.close()
             raise StartupError(str(exc)) from exc
     except StartupError as exc:
-        return _startup_failed(str(exc))
+        return _startup_failed(exc)
 
     async def main() -> None:
         try:
@@ -719,10 +719,8 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
         except StartupError:
             raise
         except (OSError, ValueError, KafkaError) as exc:
-            log.debug("start-up failed", exc_info=True)
             raise StartupError(f"start-up failed: {exc}") from exc
         except Exception as exc:
-            log.debug("start-up failed", exc_info=True)
             raise StartupError(f"start-up failed: {type(exc).__name__}: {exc}") from exc
         server.install_signal_handlers()
         _freeze_startup_objects()
@@ -746,9 +744,9 @@ def run(config: BrokerConfig, companions: Sequence[Companion] = ()) -> int:
         except ImportError:
             asyncio.run(main())
     except StartupError as exc:
-        return _startup_failed(str(exc))
+        return _startup_failed(exc)
     except KeyboardInterrupt:  # Ctrl-C before the signal handlers are installed
-        return _startup_failed("interrupted while starting")
+        return _startup_failed(StartupError("interrupted while starting"))
     finally:
         for lock in locks:
             lock.release()
@@ -776,6 +774,9 @@ def _listeners_note(config: BrokerConfig, ports: dict[str, int]) -> list[str]:
     ]
 
 
-def _startup_failed(message: str) -> int:
-    print(f"oncelog: {message}", file=sys.stderr, flush=True)
+def _startup_failed(exc: StartupError) -> int:
+    """One line on stderr; at DEBUG, first the traceback of what caused it (the OSError
+    behind a taken port, say), which the one line names only by its message."""
+    log.debug("start-up failed", exc_info=exc)
+    print(f"oncelog: {exc}", file=sys.stderr, flush=True)
     return EXIT_STARTUP_FAILED
