@@ -658,7 +658,7 @@ class CleanSwap:
 
     def run(self) -> None:
         """The swap's renames, fsyncs and snapshot write (a worker thread)."""
-        self.plog.run_swap(self.pending)
+        self.plog.swaps.run(self.pending)
 
 
 class LogCleaner:
@@ -685,12 +685,12 @@ class LogCleaner:
             if not params.compact:
                 continue
             first_dirty, end = plog.cleanable_offsets(now)
-            clean_bytes, dirty_bytes = plog.cleanable_bytes(first_dirty, end)
+            clean_bytes, dirty_bytes = plog.local.cleanable_bytes(first_dirty, end)
             total = clean_bytes + dirty_bytes
             if total == 0:
                 continue
             ratio = dirty_bytes / total
-            forced = dirty_bytes > 0 and plog.compaction_delay_ms(first_dirty, now) > 0
+            forced = dirty_bytes > 0 and plog.local.compaction_delay_ms(first_dirty, now) > 0
             horizon_due = plog.delete_horizon_ms <= now
             if not (forced or horizon_due or ratio > params.min_cleanable_dirty_ratio):
                 continue
@@ -752,11 +752,11 @@ class LogCleaner:
         and its files are `discard`'s to delete, in a worker thread (unlinking a segment's
         worth of files is disk work). Otherwise `CleanSwap.run` goes to a worker thread and
         `end_swap` back here."""
-        if plog is None or not plog.segments_unchanged(job.segments, result.end_offset):
+        if plog is None or not plog.local.segments_unchanged(job.segments, result.end_offset):
             self.in_progress.pop(job.tp, None)
             log.info("%s: segments changed while cleaning; result discarded", job.tp)
             return None
-        pending = plog.begin_swap(
+        pending = plog.swaps.begin(
             [(g.base_offset, g.old_bases) for g in result.groups], result.end_offset, crash
         )
         return CleanSwap(plog, job, result, pending)

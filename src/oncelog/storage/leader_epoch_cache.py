@@ -182,6 +182,17 @@ class LeaderEpochCache:
         i = bisect.bisect_right(self._entries, offset, key=lambda e: e.start_offset) - 1
         return self._entries[i].epoch if i >= 0 else UNDEFINED_EPOCH
 
+    def local_end_offset_for(self, epoch: int, log_end_offset: int) -> int:
+        """The end of `epoch` in a log ending at `log_end_offset`: the start of the next
+        higher epoch, the log end for the latest epoch; -1 when no epoch at or below `epoch`
+        is known."""
+        first = self.earliest_entry
+        if first is None or epoch < first.epoch:
+            return -1
+        if epoch >= self.latest_epoch:
+            return log_end_offset
+        return self.end_offset_for(epoch, log_end_offset)[1]
+
     def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
         """(epoch, end offset) for OffsetForLeaderEpoch, as Kafka's `endOffsetFor`:
 

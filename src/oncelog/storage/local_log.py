@@ -19,7 +19,7 @@ from typing import Protocol
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
-from oncelog.fileio import FileRegion
+from oncelog.fileio import FileRegion, fsync_dir
 from oncelog.protocol.records.batch import HEADER_SIZE, BatchHeader, parse_header
 from oncelog.protocol.records.compression import batch_records
 from oncelog.protocol.records.record import record_offsets_and_timestamps
@@ -233,6 +233,13 @@ class LocalLog:
             j += 1
         return j
 
+    def append_run(self, view: memoryview, run: list[tuple[int, BatchHeader]]) -> None:
+        """Write stored batches (a follower's run, (position in `view`, header) each) to the
+        active segment in one write."""
+        start = run[0][0]
+        size = run[-1][0] + run[-1][1].size - start
+        self.segments[-1].append([view[start : start + size]], [(p - start, h) for p, h in run])
+
     def roll(self, at: int | None = None) -> LogSegment | None:
         """Start a new active segment at the log end (or at `at` beyond it: the base offset
         of a follower's next batch after a gap); the old one, returned, is left for
@@ -352,10 +359,11 @@ class LocalLog:
 
     # -- what the cleaner asks of the segments -------------------------------------------------
 
-    def uncleanable_from(self, first_dirty: int, end: int, now: int) -> int:
-        """`end` (the first uncleanable offset so far), or the base of the first segment at
-        or after `first_dirty` whose newest record is younger than min.compaction.lag.ms
-        when that comes first (the active segment is never cleanable anyway)."""
+    def uncleanable_from(self, first_dirty: int, last_stable: int, now: int) -> int:
+        """The first uncleanable offset: never the active segment, never at or past the last
+        stable offset, never a segment at or after `first_dirty` whose newest record is
+        younger than min.compaction.lag.ms."""
+        end = min(last_stable, self.segments[-1].base_offset)
         lag = self.config.min_compaction_lag_ms
         if lag > 0:
             for segment in self.segments[:-1]:
@@ -409,6 +417,13 @@ class LocalLog:
             self._bases.pop()
             self.discard(segment.delete())
         self.segments[-1].truncate_to(offset)
+
+    def start_at(self, offset: int) -> None:
+        """After `delete_all_segments`: an empty log at `offset`, on disk and fsynced."""
+        self.add_segment(self.new_segment(offset))
+        fsync_dir(self.directory)
+        self.recovery_point = offset
+        self.unflushed_messages = 0
 
     def delete_all_segments(self) -> None:
         """Delete every segment (a full truncation adds a new one after)."""
@@ -491,6 +506,14 @@ class LocalLog:
     def close(self, *, release: bool = True) -> None:
         for segment in self.segments:
             segment.close(release=release)
+
+    def delete(self) -> None:
+        """Close the segments and rename the directory to `<dir>.<uuid>-delete` for
+        `discard_hook` to remove (`retire_directory`)."""
+        self.close(release=False)
+        retired = retire_directory(self.directory)
+        if retired is not None:
+            self.discard([retired])
 
 
 def _record_at_or_after(

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 
 class LogLoader:
     def __init__(
-        self, local: LocalLog, *, clean: bool, recovery_point: int, log_start_offset: int
+        self, local: LocalLog, clean: bool, recovery_point: int, log_start_offset: int
     ) -> None:
         self.local = local
         self.clean = clean
@@ -212,27 +212,3 @@ def _segment_may_hold(base: int, bases: list[int], recovery_point: int) -> bool:
     i = bases.index(base)
     next_base = bases[i + 1] if i + 1 < len(bases) else None
     return next_base is None or next_base > recovery_point
-
-
-def replay_appended(
-    state: ProducerStateManager,
-    headers: list[BatchHeader],
-    markers: dict[int, tuple[bool, int]],
-    index_abort: Callable[[CompletedTxn], None],
-) -> None:
-    """Producer state for batches a follower just stored, as recovery replays it; each ABORT
-    is indexed as its marker is replayed, so its last stable offset is the one the leader
-    noted (`markers`: the control batches' markers by offset)."""
-
-    def read_marker(header: BatchHeader) -> tuple[bool, int]:
-        return markers[header.base_offset]
-
-    start = 0
-    for k, header in enumerate(headers):
-        if header.is_control and header.has_producer_id:
-            for txn in state.replay(headers[start : k + 1], read_marker):
-                if txn.aborted:
-                    index_abort(txn)
-            start = k + 1
-    if start < len(headers):
-        state.replay(headers[start:], read_marker)

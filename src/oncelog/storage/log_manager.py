@@ -30,13 +30,9 @@ from pathlib import Path
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
-from oncelog.storage.partition_log import (
-    PartitionLog,
-    ProducerSettings,
-    RecoveryCheckpoint,
-    remove_paths,
-    retire_directory,
-)
+from oncelog.storage.local_log import remove_paths, retire_directory
+from oncelog.storage.partition_log import PartitionLog, ProducerSettings
+from oncelog.storage.recovery_checkpoint import RecoveryCheckpoint
 from oncelog.storage.replication_checkpoint import (
     REPLICATION_CHECKPOINT_FILE,
     read_offsets,

@@ -20,18 +20,16 @@ The segments themselves (list, roll, reads, truncation, deletion, fsyncs) are `L
 
 from __future__ import annotations
 
-import itertools
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
-from oncelog.errors import InvalidRecord, OffsetOutOfRange
-from oncelog.fileio import FileRegion, fsync_dir
+from oncelog.errors import OffsetOutOfRange
+from oncelog.fileio import FileRegion
 from oncelog.producer_state import snapshot
 from oncelog.producer_state.append import CompletedTxn, ProducerAppendInfo
-from oncelog.producer_state.entry import BatchMetadata
 from oncelog.producer_state.manager import ProducerStateManager
 from oncelog.protocol.records.batch import (
     HEADER_SIZE,
@@ -43,9 +41,9 @@ from oncelog.protocol.records.batch import (
     stamp_batch,
 )
 from oncelog.protocol.records.control import build_marker
-from oncelog.storage import log_loader, recovery_checkpoint, swap
+from oncelog.storage import log_loader, recovery_checkpoint
 from oncelog.storage.leader_epoch_cache import LeaderEpochCache
-from oncelog.storage.local_log import LocalLog, SegmentShape, remove_paths, retire_directory
+from oncelog.storage.local_log import LocalLog
 from oncelog.storage.log_info import (
     AppendInfo,
     FollowerAppendInfo,
@@ -53,25 +51,22 @@ from oncelog.storage.log_info import (
     ReadResult,
     UnexpectedAppendOffset,
 )
+from oncelog.storage.producer_appends import find_duplicate, index_abort, replay_appended
 from oncelog.storage.recovery_checkpoint import RecoveryCheckpoint, SnapshotGuard
 from oncelog.storage.segment import LogSegment
-from oncelog.storage.swap_state import SegmentSwap, SwappedGroup, SwapState
+from oncelog.storage.swap_state import SegmentSwap, SwapState
 from oncelog.storage.txn_index import AbortedTxn
 from oncelog.storage.validator import ValidatedRecords, check_follower_batches
 from oncelog.types import TopicPartition
 
 __all__ = [
     "AppendInfo",
-    "FollowerAppendInfo",
     "PartitionLog",
     "ProducerSettings",
     "ReadResult",
     "RecoveryCheckpoint",
     "SegmentSwap",
-    "SwappedGroup",
     "UnexpectedAppendOffset",
-    "remove_paths",
-    "retire_directory",
 ]
 
 log = logging.getLogger(__name__)
@@ -95,16 +90,15 @@ class PartitionLog:
         self.tp = tp
         self.clock = clock
         self.local = LocalLog(directory, tp, config, clock)
-        """The segments (`local_log.py`); the hot paths reach them in one hop."""
         self.log_start_offset = 0
         self._roll_snapshots: list[RecoveryCheckpoint] = []
         """Producer state noted at each roll, for `flush_rolled` to write as a snapshot."""
         self._snapshots = SnapshotGuard()
         """The lock, generation, newest snapshot and snapshot floor (`recovery_checkpoint`)."""
-        self._swaps = SwapState(self.local, self._snapshots)
-        """The cleaner's swap in flight, if any (`begin_swap`)."""
         settings = producers or ProducerSettings()
         self.producer_state = ProducerStateManager(tp, settings.expiration_ms, settings.tracker)
+        self.swaps = SwapState(self.local, self._snapshots, self.producer_state)
+        """The cleaner's swap in flight, if any (`swaps.begin`, `swaps.run`, `finish_swap`)."""
         self.cleaner_checkpoint = 0
         """First dirty offset: below it the cleaner has cleaned (`cleaner-offset-checkpoint`)."""
         self.last_clean_ms = -1
@@ -145,12 +139,7 @@ class PartitionLog:
         None, as Kafka does for a partition missing from the checkpoint."""
         directory.mkdir(parents=True, exist_ok=True)
         plog = cls(directory, tp, config, clock, producers)
-        loader = log_loader.LogLoader(
-            plog.local,
-            clean=clean,
-            recovery_point=recovery_point,
-            log_start_offset=log_start_offset,
-        )
+        loader = log_loader.LogLoader(plog.local, clean, recovery_point, log_start_offset)
         plog.log_start_offset = loader.load_segments()
         if replicated:  # first: the replay notes markers not yet below the high watermark
             plog.enable_replication(
@@ -163,15 +152,10 @@ class PartitionLog:
         return plog
 
     def rebuild_producer_state(self) -> None:
-        """Load the newest usable producer snapshot and replay the batches after it
-        (`log_loader.rebuild_producer_state`)."""
+        """Load the newest usable producer snapshot, replay the batches after it (`log_loader`)."""
         self._snapshots.offset = log_loader.rebuild_producer_state(
             self.local, self.producer_state, self.log_start_offset, self._index_abort
         )
-
-    def replay_producer_state(self, start: int) -> None:
-        """Replay stored batches from `start`, re-indexing the aborts their markers record."""
-        log_loader.replay_producer_state(self.local, self.producer_state, start, self._index_abort)
 
     # -- the segments (local_log.py) ---------------------------------------------------------
 
@@ -206,7 +190,6 @@ class PartitionLog:
 
     @property
     def flush_hook(self) -> Callable[[Callable[[], None]], None]:
-        """Runs each segment fsync (`LocalLog.flush_hook`)."""
         return self.local.flush_hook
 
     @flush_hook.setter
@@ -215,7 +198,6 @@ class PartitionLog:
 
     @property
     def discard_hook(self) -> Callable[[list[Path], int], object]:
-        """Removes deleted segments' files later (`LocalLog.discard_hook`)."""
         return self.local.discard_hook
 
     @discard_hook.setter
@@ -290,9 +272,10 @@ class PartitionLog:
             appended = self._append_next(records, leader_epoch)
             if appended is not None:
                 return appended
-        duplicate = self._find_duplicate(records) if check_sequence else None
-        if duplicate is not None:
-            return duplicate
+        if check_sequence:
+            duplicate = find_duplicate(records, self.producer_state, self.tp, self.log_start_offset)
+            if duplicate is not None:
+                return duplicate
         local = self.local
         config = local.config
         if config.message_timestamp_type == "LogAppendTime":
@@ -386,46 +369,6 @@ class PartitionLog:
         info = (base_offset, next_offset - 1, -1, self.log_start_offset, False)
         return _new_tuple(AppendInfo, info)
 
-    def _find_duplicate(self, records: ValidatedRecords) -> AppendInfo | None:
-        """The answer to a retry, from the cached batches: every batch must be one.
-
-        An answer is one offset range for the whole request, so a request that is only
-        partly duplicates (or whose duplicates are not stored one after another) cannot be
-        answered truthfully: it is refused whole rather than acknowledged with batches left
-        unwritten. Client data is one batch (validator); this guards every other caller.
-        """
-        cached: list[BatchMetadata] = []
-        for _, header in records.batches:
-            found = self.producer_state.find_duplicate(header) if header.has_producer_id else None
-            if found is not None:
-                cached.append(found)
-        if not cached:
-            return None
-        first = records.batches[0][1]
-        if len(cached) < len(records.batches) or any(
-            b.first_offset != a.last_offset + 1 for a, b in itertools.pairwise(cached)
-        ):
-            raise InvalidRecord(
-                f"{self.tp}: {len(cached)} of {len(records.batches)} batches are duplicates of "
-                "batches not stored as one range; one answer cannot acknowledge them"
-            )
-        log.debug(
-            "%s: duplicate batch of producer %d epoch %d seq %d (offset %d, %d batches)",
-            self.tp,
-            first.producer_id,
-            first.producer_epoch,
-            first.base_sequence,
-            cached[0].first_offset,
-            len(cached),
-        )
-        return AppendInfo(
-            cached[0].first_offset,
-            cached[-1].last_offset,
-            -1,
-            self.log_start_offset,
-            duplicate=True,
-        )
-
     # -- transactions ------------------------------------------------------------------------
 
     @property
@@ -482,22 +425,9 @@ class PartitionLog:
         return AppendInfo(offset, offset, -1, self.log_start_offset)
 
     def _index_abort(self, txn: CompletedTxn, *, closing: bool = False) -> None:
-        """Record an aborted transaction in `.txnindex`; `closing`: its marker was just
-        written and the producer state does not show the transaction closed yet."""
+        """Record an aborted transaction in `.txnindex` (`producer_appends`)."""
         index = self.local.segment_for(txn.last_offset).txn_index
-        if any(
-            t.producer_id == txn.producer_id and t.last_offset == txn.last_offset
-            for t in index.entries
-        ):
-            return
-        if closing:
-            ongoing = self.producer_state.ongoing_transactions()
-            ongoing.pop(txn.producer_id, None)
-            first_unstable = min(ongoing.values(), default=None)
-        else:
-            first_unstable = self.producer_state.first_unstable_offset()
-        lso = txn.last_offset + 1 if first_unstable is None else first_unstable
-        index.append(AbortedTxn(txn.producer_id, txn.first_offset, txn.last_offset, lso))
+        index_abort(index, self.producer_state, txn, closing)
 
     def aborted_transactions(self, start: int, upper: int) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper), as read_committed fetches need."""
@@ -540,18 +470,7 @@ class PartitionLog:
     def local_end_offset_for_epoch(self, epoch: int) -> int:
         """The end of `epoch` in this log: the start of the next higher epoch, the log end
         for the latest epoch; -1 when no epoch at or below `epoch` is known."""
-        first = self.leader_epoch_cache.earliest_entry
-        if first is None or epoch < first.epoch:
-            return -1
-        if epoch >= self.leader_epoch_cache.latest_epoch:
-            return self.log_end_offset
-        return self.end_offset_for_epoch(epoch)[1]
-
-    def _flush_epochs(self) -> None:
-        """Write the epoch file after a truncation or a trim, in the background (off the
-        event loop, as Kafka's truncateFrom*AsyncFlush): a file still holding removed
-        entries is harmless, a load trims them against the log; a failure is logged."""
-        self.leader_epoch_cache.flush_soon()
+        return self.leader_epoch_cache.local_end_offset_for(epoch, self.log_end_offset)
 
     def append_as_follower(self, data: bytes | bytearray | memoryview) -> FollowerAppendInfo:
         """Store batches fetched from the leader byte for byte, with their offsets and
@@ -588,7 +507,7 @@ class PartitionLog:
             local.segments[-1].append([view[:valid]], batches)
             headers = [h for _, h in batches]
             if markers:
-                self._replay_appended(headers, markers)
+                replay_appended(self.producer_state, headers, markers, self._index_abort)
             else:
                 self.producer_state.replay_data(headers)
         self.producer_state.map_end_offset = self.log_end_offset
@@ -617,26 +536,18 @@ class PartitionLog:
                 local.replace_empty_active(first)
             j = local.run_end(batches, i)
             run = batches[i:j]
-            start = run[0][0]
-            size = run[-1][0] + run[-1][1].size - start
             for _, header in run:
                 self._assign_epoch(header.partition_leader_epoch, header.base_offset)
-            self.active.append([view[start : start + size]], [(p - start, h) for p, h in run])
-            self._replay_appended([h for _, h in run], markers)
+            local.append_run(view, run)
+            replay_appended(self.producer_state, [h for _, h in run], markers, self._index_abort)
             i = j
-
-    def _replay_appended(
-        self, headers: list[BatchHeader], markers: dict[int, tuple[bool, int]]
-    ) -> None:
-        """Producer state for stored batches, as recovery replays it (`log_loader`)."""
-        log_loader.replay_appended(self.producer_state, headers, markers, self._index_abort)
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment, producer snapshot and epoch entry and start an empty log at
         `offset` (a follower whose log end is below the leader's log start)."""
         if offset < 0:
             raise ValueError(f"{self.tp}: cannot start the log at offset {offset}")
-        self._swaps.settle(truncating=True)
+        self.swaps.settle(truncating=True)
         local = self.local
         guard = self._snapshots
         with guard.lock:
@@ -647,16 +558,12 @@ class PartitionLog:
             self.producer_state.clear()
             self.producer_state.map_end_offset = offset
             guard.floor = offset  # the cleaned range is gone
-            local.add_segment(local.new_segment(offset))
-            fsync_dir(self.directory)
+            local.start_at(offset)
         self.log_start_offset = offset
-        local.recovery_point = offset
         guard.offset = offset
-        local.unflushed_messages = 0
         self.cleaner_checkpoint = offset  # nothing above it was cleaned
-        self.leader_epoch_cache.clear(flush=False)
         try:  # now, as Kafka's clearAndFlush: no entry of the old log may outlive it
-            self.leader_epoch_cache.flush()
+            self.leader_epoch_cache.clear()
         except OSError as exc:
             log.warning("%s: writing leader-epoch-checkpoint failed: %s", self.tp, exc)
         if self._replicated:
@@ -667,8 +574,6 @@ class PartitionLog:
 
     def _maybe_roll(self, size: int, max_timestamp: int, records: ValidatedRecords | None) -> None:
         local = self.local
-        if local.segments[-1].size == 0:
-            return
         last_delta = sum(h.last_offset_delta + 1 for _, h in records.batches) if records else 0
         if local.should_roll(size, max_timestamp, local.log_end_offset + last_delta):
             self.roll()
@@ -783,13 +688,19 @@ class PartitionLog:
         return self.log_start_offset
 
     def _epochs_from_start(self) -> None:
+        # Written in the background, as Kafka's truncateFrom*AsyncFlush: a file still holding
+        # removed entries is harmless (a load trims them against the log).
         if self.leader_epoch_cache.truncate_from_start(self.log_start_offset, flush=False):
-            self._flush_epochs()
+            self.leader_epoch_cache.flush_soon()
+
+    def _epochs_to_end(self) -> None:
+        if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
+            self.leader_epoch_cache.flush_soon()
 
     def _delete_segments_below_start(self) -> None:
         """Segments a cleaner swap in flight replaces stay until it is applied (`finish_swap`
         calls this again): the start offset hides them meanwhile."""
-        if self.local.delete_below(self.log_start_offset, self._swaps.pinned):
+        if self.local.delete_below(self.log_start_offset, self.swaps.pinned):
             self._start_at_first_segment()
 
     def _start_at_first_segment(self) -> None:
@@ -798,11 +709,10 @@ class PartitionLog:
         self._epochs_from_start()
 
     def apply_retention(self) -> int:
-        """Delete whole segments beyond retention.ms / retention.bytes, only below the high
-        watermark (`LocalLog.apply_retention`); return how many."""
+        """Delete segments beyond retention.ms / retention.bytes (`LocalLog`); how many."""
         if "delete" not in self.config.cleanup_policy:
             return 0  # compact only: the cleaner removes records, retention never does
-        deleted = self.local.apply_retention(self.high_watermark, self._swaps.pinned, self.roll)
+        deleted = self.local.apply_retention(self.high_watermark, self.swaps.pinned, self.roll)
         if deleted:
             self._start_at_first_segment()
         return deleted
@@ -816,60 +726,21 @@ class PartitionLog:
         first_dirty = self.cleaner_checkpoint
         if first_dirty < self.log_start_offset or first_dirty > self.log_end_offset:
             first_dirty = self.log_start_offset
-        end = min(self.last_stable_offset, self.active.base_offset)
-        end = self.local.uncleanable_from(first_dirty, end, now)
+        end = self.local.uncleanable_from(first_dirty, self.last_stable_offset, now)
         return first_dirty, max(first_dirty, end)
-
-    def cleanable_bytes(self, first_dirty: int, end: int) -> tuple[int, int]:
-        """(clean bytes, dirty bytes) of the segments below `end`."""
-        return self.local.cleanable_bytes(first_dirty, end)
 
     def dirty_ratio(self) -> float:
         """Dirty bytes / cleanable bytes now (0 when nothing is cleanable)."""
         first_dirty, end = self.cleanable_offsets(self.clock.wall_ms())
-        clean, dirty = self.cleanable_bytes(first_dirty, end)
+        clean, dirty = self.local.cleanable_bytes(first_dirty, end)
         return dirty / (clean + dirty) if clean + dirty else 0.0
 
-    def compaction_delay_ms(self, first_dirty: int, now: int) -> int:
-        """How long past max.compaction.lag.ms the oldest dirty record is (0: not yet)."""
-        return self.local.compaction_delay_ms(first_dirty, now)
-
-    def segments_unchanged(self, refs: Iterable[SegmentShape], end: int) -> bool:
-        """True if each closed segment of `refs` below `end` is still this log's, as big."""
-        return self.local.segments_unchanged(refs, end)
-
-    def replace_segments(
-        self,
-        groups: list[tuple[int, tuple[int, ...]]],
-        end: int,
-        crash: swap.CrashHook | None = None,
-    ) -> bool:
-        """`begin_swap`, `run_swap` and `finish_swap` in this thread (tests, tools)."""
-        pending = self.begin_swap(groups, end, crash)
-        self.run_swap(pending)
-        return self.finish_swap(pending)
-
-    def begin_swap(
-        self,
-        groups: list[tuple[int, tuple[int, ...]]],
-        end: int,
-        crash: swap.CrashHook | None = None,
-    ) -> SegmentSwap:
-        """Note a swap of cleaned segments for the segments each group was made of (event
-        loop; no IO); they stay pinned until `finish_swap` (`SwapState.begin`)."""
-        return self._swaps.begin(groups, end, crash, self.producer_state)
-
-    def run_swap(self, pending: SegmentSwap) -> None:
-        """The file work of a swap, in a worker thread; never raises (`SwapState.run`)."""
-        self._swaps.run(pending)
-
     def finish_swap(self, pending: SegmentSwap) -> bool:
-        """Apply the groups the worker swapped to the segment list (event loop); True if the
-        whole swap went in and the log was not truncated, closed or deleted meanwhile
-        (`SwapState.apply`, `SwapState.outcome`: a failure after a commit is raised)."""
-        if self._swaps.apply(pending):
+        """Apply the groups the worker swapped (event loop); True if the whole swap went in
+        and the log was not truncated, closed or deleted meanwhile (`SwapState.outcome`)."""
+        if self.swaps.apply(pending):
             self._delete_segments_below_start()  # DeleteRecords left the pinned segments
-        return self._swaps.outcome(pending)
+        return self.swaps.outcome(pending)
 
     # -- truncation, close, deletion ---------------------------------------------------------
 
@@ -882,10 +753,9 @@ class PartitionLog:
         if offset < 0:
             raise ValueError(f"{self.tp}: cannot truncate to offset {offset}")
         if offset >= self.log_end_offset:
-            if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
-                self._flush_epochs()
+            self._epochs_to_end()
             return
-        self._swaps.settle(truncating=True)
+        self.swaps.settle(truncating=True)
         local = self.local
         if offset < local.segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)
@@ -898,13 +768,12 @@ class PartitionLog:
             self.rebuild_producer_state()  # deletes the snapshots beyond the new end
         local.recovery_point = min(local.recovery_point, self.log_end_offset)
         self.cleaner_checkpoint = min(self.cleaner_checkpoint, self.log_end_offset)
-        if self.leader_epoch_cache.truncate_from_end(self.log_end_offset, flush=False):
-            self._flush_epochs()
+        self._epochs_to_end()
         if self._replicated:
             self._high_watermark = self._clamp_hw(self._high_watermark)
 
     def close(self, *, flush: bool = True) -> None:
-        self._swaps.settle()
+        self.swaps.settle()
         self._snapshots.bump()
         if flush:
             self.flush()
@@ -920,14 +789,11 @@ class PartitionLog:
         `discard_hook` to remove: unlinking gigabytes of segments takes the kernel a while,
         too long for the event loop, and a crash half way leaves a name no load takes for a
         partition (a topic created again under the same name starts empty)."""
-        self._swaps.settle()  # no swap renames files in the directory once it is renamed
+        self.swaps.settle()  # no swap renames files in the directory once it is renamed
         self.leader_epoch_cache.close()
         self._snapshots.bump()
         self.producer_state.clear()
-        self.local.close(release=False)
-        retired = retire_directory(self.directory)
-        if retired is not None:
-            self.local.discard([retired])
+        self.local.delete()
 
 
 def _no_roll_hook() -> None:

@@ -10,7 +10,7 @@ Kafka's suffixes: the cleaner writes `<base>.log.cleaned` (and `.index.cleaned`,
    deleted segments are (a load removes any left);
 3. `<base>.log.swap` -> `<base>.log` first, then the index `.swap` files.
 
-The log's swap (`PartitionLog.run_swap`) runs these steps in a worker thread: step 1
+The log's swap (`SwapState.run`, `swap_state.py`) runs these steps in a worker thread: step 1
 (`commit`, one rename) under the log's lock, so a truncation, close or deletion either
 comes before it (and the swap stops) or waits for the committed group to be `complete`d.
 
@@ -100,7 +100,7 @@ def complete(
     """Steps 2 and 3 of a committed swap (three directory fsyncs: a worker thread's job);
     the old segments' files are renamed to `.deleted` and returned, for the caller to
     remove later. Nothing else may rename or delete these files meanwhile: the log pins
-    the old segments until the swap is applied (`PartitionLog.begin_swap`).
+    the old segments until the swap is applied (`SwapState.begin`).
 
     Safe to run again after a failure part-way (a disk error): once the `.log.swap` is
     renamed, `<base>.log` is the cleaned segment, so steps up to that rename are not

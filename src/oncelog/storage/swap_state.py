@@ -5,8 +5,8 @@ A swap is noted on the event loop (`SwapState.begin`), its files renamed and fsy
 worker thread (`SwapState.run`), applied to the log's segment list on the loop
 (`SwapState.apply`, then `outcome`). While it is in flight the replaced segments are pinned:
 retention and DeleteRecords leave them alone, and a truncation, close or deletion first
-settles the swap (`SwapState.settle`). `PartitionLog.begin_swap`, `run_swap` and
-`finish_swap` are the entry points.
+settles the swap (`SwapState.settle`). `PartitionLog.swaps` is a log's; its `finish_swap`
+applies a swap (and deletes what DeleteRecords left pinned).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class SwappedGroup:
 @dataclass(eq=False, slots=True)
 class SegmentSwap:
     """A cleaner's swap of cleaned segments into one log: noted on the event loop
-    (`begin_swap`), its files renamed and fsynced in a worker thread (`run_swap`), applied to
+    (`begin`), its files renamed and fsynced in a worker thread (`run`), applied to
     the log's segment list on the loop (`finish_swap`). While it is in flight the replaced
     segments are pinned: retention and DeleteRecords leave them alone, and a truncation,
     close or deletion first settles the swap (`SwapState.settle`)."""
@@ -75,11 +75,12 @@ class SegmentSwap:
 class SwapState:
     """The cleaner's swap in flight on one log, if any."""
 
-    __slots__ = ("_guard", "_local", "in_flight")
+    __slots__ = ("_guard", "_local", "_state", "in_flight")
 
-    def __init__(self, local: LocalLog, guard: SnapshotGuard) -> None:
+    def __init__(self, local: LocalLog, guard: SnapshotGuard, state: ProducerStateManager) -> None:
         self._local = local
         self._guard = guard
+        self._state = state
         self.in_flight: SegmentSwap | None = None
 
     def pinned(self, segment: LogSegment) -> bool:
@@ -90,8 +91,7 @@ class SwapState:
         self,
         groups: list[tuple[int, tuple[int, ...]]],
         end: int,
-        crash: swap.CrashHook | None,
-        state: ProducerStateManager,
+        crash: swap.CrashHook | None = None,
     ) -> SegmentSwap:
         """Note a swap of cleaned segments (`<base>.log.cleaned`, ...) for the segments each
         group was made of (event loop; no IO). The segments must be the log's (the caller
@@ -100,6 +100,7 @@ class SwapState:
             raise RuntimeError(f"{self._local.tp}: a cleaner swap is already in flight")
         by_base = {s.base_offset: s for s in self._local.segments[:-1]}
         old = [[by_base[b] for b in old_bases] for _, old_bases in groups]
+        state = self._state
         pending = SegmentSwap(
             groups=groups,
             end=end,
@@ -122,7 +123,7 @@ class SwapState:
            `end` go: a replay from one of them would miss batches the cleaner removed (a
            transaction's data and marker).
         2. Group by group, `swap.commit` under the lock, if the log was not truncated, closed
-           or deleted since `begin_swap` (those stop the swap before the next commit), then
+           or deleted since `begin` (those stop the swap before the next commit), then
            `swap.complete` (renames, three directory fsyncs) and the new segment's load.
 
         The loop keeps reading the replaced segments through their open descriptors."""
