@@ -116,26 +116,19 @@ def test_offsets_and_data_on_brokers_that_are_not_the_transaction_coordinator(
         Producer(
             {"bootstrap.servers": cluster.bootstrap, "transactional.id": "warm-up"}
         ).init_transactions(60)
-        Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "warm-up"}).close()
         cluster.wait_for(lambda: len(cluster.partitions("__transaction_state")) == 3, 30)
         txn_id = name_led_by(cluster, "__transaction_state", 1, "txn-")
-        # the group's first request creates __consumer_offsets
-        Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "first"}).list_topics()
+        # A group's first FindCoordinator creates __consumer_offsets (committed() asks it).
+        first = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": "first"})
+        first.committed([KafkaTopicPartition(SOURCE, 0)], timeout=30)
+        first.close()
         cluster.wait_for(lambda: len(cluster.partitions("__consumer_offsets")) == 3, 30)
         group_id = name_led_by(cluster, "__consumer_offsets", 2, "group-")
         producer = Producer({"bootstrap.servers": cluster.bootstrap, "transactional.id": txn_id})
         producer.init_transactions(60)
         group = Consumer({"bootstrap.servers": cluster.bootstrap, "group.id": group_id})
         for offset, commit in ((10, True), (20, False), (30, True), (40, False)):
-            producer.begin_transaction()
-            producer.produce(SINK, b"x%d" % offset, partition=0)
-            producer.send_offsets_to_transaction(
-                [KafkaTopicPartition(SOURCE, 0, offset)], group.consumer_group_metadata(), 30
-            )
-            if commit:
-                producer.commit_transaction(30)
-            else:
-                producer.abort_transaction(30)
+            commit_offset(producer, group, offset, commit)
         group.close()
         reader = Consumer(
             {
