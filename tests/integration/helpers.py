@@ -8,6 +8,8 @@ back from explicit offsets; then compare the two exactly, per partition and in o
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -272,3 +274,20 @@ def first_values(consumer: Any, n: int) -> list[bytes]:
             break
     consumer.close()
     return got
+
+
+def run_tool(
+    bootstrap: str, *args: str, stdin: str = "", timeout: float = 60
+) -> tuple[int, str, str]:
+    """`oncelog ARGS -b BOOTSTRAP` as a user runs it: (exit status, stdout, stderr); never a
+    traceback."""
+    result = subprocess.run(
+        [sys.executable, "-m", "oncelog", *args, "-b", bootstrap],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert "Traceback" not in result.stderr, result.stderr
+    return result.returncode, result.stdout, result.stderr

@@ -4,8 +4,6 @@ live brokers know right after one broker dies. One etcd, three real brokers."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 
@@ -13,6 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from tests.cluster_process import Cluster
+from tests.integration.helpers import run_tool
 from tests.integration.test_message_format_version import LEGACY_ALTER, check_versions
 
 
@@ -22,16 +21,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         yield c
 
 
-def run(bootstrap: str, *args: str, timeout: float = 60) -> tuple[int, str, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "oncelog", *args, "-b", bootstrap],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result.returncode, result.stdout, result.stderr
+run = run_tool
 
 
 def sizes(out: str) -> dict[int, str]:

@@ -4,8 +4,6 @@ message is one `Error:` line naming the broker's error code. One real broker, th
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +13,7 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from tests.broker_process import BrokerProcess
+from tests.integration.helpers import run_tool
 
 OVERRIDES = {
     "auto.create.topics.enable": "false",
@@ -50,16 +49,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
 def run(
     broker: BrokerProcess, *args: str, stdin: str = "", timeout: float = 60
 ) -> tuple[int, str, str]:
-    result = subprocess.run(
-        [sys.executable, "-m", "oncelog", *args, "-b", broker.bootstrap],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-    assert "Traceback" not in result.stderr, result.stderr
-    return result.returncode, result.stdout, result.stderr
+    return run_tool(broker.bootstrap, *args, stdin=stdin, timeout=timeout)
 
 
 def committed(broker: BrokerProcess, group: str) -> dict[str, str]:
