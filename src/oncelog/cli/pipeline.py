@@ -32,7 +32,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -206,32 +206,32 @@ def event_of(i: int, keys: int) -> tuple[str, str]:
     return f"k{i % keys}", str((i * 37) % 101)
 
 
-def existing_indices(bootstrap: str, topic: str, first: int, end: int) -> set[int]:
-    """The event indices in [first, end) that `topic` already holds, read_committed.
-
-    Reads every partition to its end (the LSO) and collects the `oncelog.index` headers;
-    records without one (written before the header existed) count as nothing.
-    """
+def committed_records(bootstrap: str, topic: str, group: str) -> Iterator[Any]:
+    """Every record of `topic`, read_committed, each partition from its start to its end
+    (the LSO); nothing if there is no such topic (none is auto-created). Exits with one line
+    if the topic cannot be read to its end in 300 s."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
 
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
-            "group.id": "oncelog-pipeline-generate",
+            "group.id": group,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
             "enable.partition.eof": True,
         }
     )
-    found: set[int] = set()
     try:
-        partitions = sorted(consumer.list_topics(topic, timeout=30).topics[topic].partitions)
+        topics = consumer.list_topics(timeout=30).topics  # all topics: none is auto-created
+        if topic not in topics:
+            return
+        partitions = sorted(topics[topic].partitions)
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         pending = set(partitions)
         deadline = time.monotonic() + 300
         while pending:
             if time.monotonic() > deadline:
-                raise SystemExit(f"generate: could not read topic {topic} to its end")
+                raise SystemExit(f"Error: could not read topic {topic} to its end in 300 s")
             msg = consumer.poll(1.0)
             if msg is None:
                 continue
@@ -240,15 +240,34 @@ def existing_indices(bootstrap: str, topic: str, first: int, end: int) -> set[in
                 if error.code() == KafkaError._PARTITION_EOF:
                     pending.discard(msg.partition())
                     continue
-                raise SystemExit(f"generate: reading {topic}: {error}")
-            headers = msg.headers() or []  # a consumer gets a list of (name, bytes) pairs
-            for name, value in headers.items() if isinstance(headers, dict) else headers:
-                if name == INDEX_HEADER and value is not None:
-                    index = int(value)
-                    if first <= index < end:
-                        found.add(index)
+                raise SystemExit(f"Error: reading {topic}: {describe_error(error)}")
+            yield msg
     finally:
         consumer.close()
+
+
+def headers_of(msg: Any) -> dict[str, bytes]:
+    """A consumed record's headers by name (a consumer gets a list of (name, bytes) pairs)."""
+    raw = msg.headers() or []
+    return {
+        name: value if isinstance(value, bytes) else (value or "").encode()
+        for name, value in (raw.items() if isinstance(raw, dict) else raw)
+    }
+
+
+def existing_indices(bootstrap: str, topic: str, first: int, end: int) -> set[int]:
+    """The event indices in [first, end) that `topic` already holds, read_committed.
+
+    Records without an `oncelog.index` header (written before the header existed) count as
+    nothing.
+    """
+    found: set[int] = set()
+    for msg in committed_records(bootstrap, topic, "oncelog-pipeline-generate"):
+        value = headers_of(msg).get(INDEX_HEADER)
+        if value:
+            index = int(value)
+            if first <= index < end:
+                found.add(index)
     return found
 
 
@@ -344,48 +363,11 @@ Refusal = Callable[[bytes | None, bytes | None, dict[str, bytes]], str | None]
 def first_foreign(bootstrap: str, topic: str, why: Refusal) -> str | None:
     """The first record of `topic` (read_committed, every partition to its end) that `why`
     refuses, as `partition P offset O: reason`; None if there is none or no such topic."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "oncelog-pipeline-check",
-            "enable.auto.commit": False,
-            "isolation.level": "read_committed",
-            "enable.partition.eof": True,
-        }
-    )
-    try:
-        topics = consumer.list_topics(timeout=30).topics  # all topics: none is auto-created
-        if topic not in topics:
-            return None
-        partitions = sorted(topics[topic].partitions)
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
-        pending = set(partitions)
-        deadline = time.monotonic() + 300
-        while pending:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"Error: could not read topic {topic} to its end in 300 s")
-            msg = consumer.poll(1.0)
-            if msg is None:
-                continue
-            error = msg.error()
-            if error is not None:
-                if error.code() == KafkaError._PARTITION_EOF:
-                    pending.discard(msg.partition())
-                    continue
-                raise SystemExit(f"Error: reading {topic}: {describe_error(error)}")
-            raw = msg.headers() or []
-            headers = {
-                name: value if isinstance(value, bytes) else (value or "").encode()
-                for name, value in (raw.items() if isinstance(raw, dict) else raw)
-            }
-            reason = why(msg.key(), msg.value(), headers)
-            if reason is not None:
-                return f"partition {msg.partition()} offset {msg.offset()}: {reason}"
-        return None
-    finally:
-        consumer.close()
+    for msg in committed_records(bootstrap, topic, "oncelog-pipeline-check"):
+        reason = why(msg.key(), msg.value(), headers_of(msg))
+        if reason is not None:
+            return f"partition {msg.partition()} offset {msg.offset()}: {reason}"
+    return None
 
 
 def run_check_topics(args: argparse.Namespace) -> int:
