@@ -281,7 +281,7 @@ class EtcdFault(Fault):
 
 
 class PartitionFault(ClusterFault):
-    """Network partitions, in turn (links listed in the README):
+    """Network partitions, in turn, and the links each cuts:
 
     - isolate: a partition leader cut from every peer and from etcd; clients still reach it;
     - follower: a follower cut from its leader only (both still reach etcd and clients);
