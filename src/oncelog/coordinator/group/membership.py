@@ -66,6 +66,31 @@ class JoinRequest:
     require_known_member: bool
 
 
+def _member_of(
+    req: JoinRequest,
+    member_id: str,
+    *,
+    assignment: bytes = b"",
+    last_heartbeat_ms: int = 0,
+    is_new: bool = True,
+) -> Member:
+    """The member a JoinGroup describes; a static member's replacement keeps its
+    assignment and is not new."""
+    return Member(
+        member_id,
+        req.group_instance_id,
+        req.client_id,
+        req.client_host,
+        req.session_timeout_ms,
+        req.rebalance_timeout_ms,
+        req.protocol_type,
+        list(req.protocols),
+        assignment=assignment,
+        last_heartbeat_ms=last_heartbeat_ms,
+        is_new=is_new,
+    )
+
+
 def join_error(code: ErrorCode, member_id: str = "") -> Response:
     return {
         "error_code": code,
@@ -185,16 +210,7 @@ class MembershipManager:
         return Result(waiter)
 
     def _add_member(self, group: Group, member_id: str, req: JoinRequest) -> Waiter:
-        member = Member(
-            member_id,
-            req.group_instance_id,
-            req.client_id,
-            req.client_host,
-            req.session_timeout_ms,
-            req.rebalance_timeout_ms,
-            req.protocol_type,
-            list(req.protocols),
-        )
+        member = _member_of(req, member_id)
         group.add(member)
         waiter = self._await_join(group, member, req)
         group.new_member_added = True
@@ -226,15 +242,9 @@ class MembershipManager:
                     join_error(E.fenced_instance_id, old_id) | sync_reply(E.fenced_instance_id)
                 )
         self._woken.add(group.group_id)
-        member = Member(
+        member = _member_of(
+            req,
             new_id,
-            req.group_instance_id,
-            req.client_id,
-            req.client_host,
-            req.session_timeout_ms,
-            req.rebalance_timeout_ms,
-            req.protocol_type,
-            list(req.protocols),
             assignment=old.assignment,
             last_heartbeat_ms=self.clock.monotonic_ms(),
             is_new=False,
