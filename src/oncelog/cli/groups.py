@@ -23,6 +23,7 @@ from oncelog.cli.console import (
     fail,
     print_table,
 )
+from oncelog.cli.topics import admin_client
 from oncelog.client.admin import Admin
 from oncelog.client.connection import ClientError
 from oncelog.errors import ErrorCode
@@ -66,11 +67,10 @@ def add_parsers(sub: Any) -> None:
 @exits_quietly
 def run_groups(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     if args.action in ("reset-offsets", "delete"):
         return group_admin.run(args)
-    client = AdminClient({"bootstrap.servers": args.bootstrap_server})
+    client = admin_client(args.bootstrap_server)
     try:
         if args.action == "list":
             return _list(client)

@@ -192,7 +192,7 @@ def ensure_topic(bootstrap: str, topic: str, partitions: int) -> None:
     """
     from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, "log_level": 0})
     for future in admin.create_topics([NewTopic(topic, partitions, 1)]).values():
         try:
             future.result(30)
@@ -215,6 +215,7 @@ def committed_records(bootstrap: str, topic: str, group: str) -> Iterator[Any]:
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
+            "log_level": 0,  # errors reach us as exceptions, not librdkafka's raw lines
             "group.id": group,
             "enable.auto.commit": False,
             "isolation.level": "read_committed",
@@ -276,7 +277,11 @@ def run_generate(args: argparse.Namespace) -> int:
 
     ensure_topic(args.bootstrap_server, args.topic, args.partitions)
     start_ms = args.start_ms if args.start_ms is not None else int(time.time() * 1000)
-    config: dict[str, Any] = {"bootstrap.servers": args.bootstrap_server, "linger.ms": 5}
+    config: dict[str, Any] = {
+        "bootstrap.servers": args.bootstrap_server,
+        "linger.ms": 5,
+        "log_level": 0,  # failures reach us as delivery reports and exceptions
+    }
     if args.transactional:
         config["transactional.id"] = args.transactional_id
     else:
