@@ -10,9 +10,9 @@ finishes every transaction a crash left decided but not completed.
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Callable
 
+from oncelog import fault_points
 from oncelog.broker.internal_topics import internal_topic_configs, read_entries
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
@@ -179,9 +179,7 @@ class TxnRuntime:
                 and not self.clustered  # a cluster crashes once Prepare* is replicated
                 and any(meta is not None and meta.state.is_prepare for _, meta in result.records)
             ):
-                log.critical("oncelog.testing.crash.after.prepare: exiting after Prepare*")
-                logging.shutdown()
-                os._exit(137)
+                fault_points.exit_now("txn.after-prepare")
         if result.complete is not None:
             self._finish(result.complete)
         return result.error
@@ -231,9 +229,7 @@ class TxnRuntime:
         """Test fault injection in a cluster (oncelog.testing.crash.after.prepare): die once
         Prepare* is replicated, before any marker is sent."""
         if self._crash_after_prepare:
-            log.critical("oncelog.testing.crash.after.prepare: exiting after Prepare* (%s)", txn_id)
-            logging.shutdown()
-            os._exit(137)
+            fault_points.exit_now(f"txn.after-prepare ({txn_id})")
 
     def markers_sent(self, txn_id: str, ok: bool) -> None:
         """The other brokers' markers of `txn_id` were written (or not: retried later)."""

@@ -21,12 +21,13 @@ take the same SQL (`INSERT … ON CONFLICT … DO UPDATE`), only the placeholder
 from __future__ import annotations
 
 import os
-import signal
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
+
+from oncelog import fault_points
 
 #: Where a testing hook SIGKILLs the driver: inside the transaction, or after the database
 #: commit but before Spark records the batch as committed.
@@ -194,7 +195,7 @@ def parse_kill_hook(spec: str | None) -> tuple[int, str] | None:
 
 
 def _kill_self() -> None:
-    os.kill(os.getpid(), signal.SIGKILL)
+    fault_points.kill(os.getpid(), "spark.db-sink")
 
 
 class DatabaseSink:

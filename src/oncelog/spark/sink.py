@@ -21,8 +21,6 @@ an idempotent producer without transactions or markers, so a replayed batch is w
 from __future__ import annotations
 
 import logging
-import os
-import signal
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,6 +32,7 @@ from pyspark import TaskContext
 from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from oncelog import fault_points
 from oncelog.spark.markers import (
     Action,
     Digest,
@@ -331,12 +330,12 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         to repeat. The query id comes from the executors' messages."""
         done = [m for m in messages if isinstance(m, SinkCommitMessage)]
         kill = self.opts.kill_in_commit
-        if kill is not None and kill[1] == batchId:
-            try:
-                os.kill(kill[0], signal.SIGKILL)
-                time.sleep(60)  # the driver is gone; Spark tears this worker down
-            except ProcessLookupError:
-                pass  # a restart that kept the hook: that driver is already dead
+        if (
+            kill is not None
+            and kill[1] == batchId
+            and fault_points.kill(kill[0], "spark.sink.commit")
+        ):
+            time.sleep(60)  # the driver is gone; Spark tears this worker down
         if not self.opts.exactly_once:
             log.info("batch %d written at-least-once by %d tasks", batchId, len(done))
             return
