@@ -2263,7 +2263,270 @@ static int intern_keys(void)
     return 0;
 }
 
+/* == Arrow columns of a fetched batch's records, for the Spark source ==========================
+ * append_records(body, count, base_offset, base_timestamp, append_time, lo, hi, cols,
+ * with_headers) walks the records of one decompressed batch body and appends those with
+ * lo <= offset < hi to 16 bytearrays laid out as Arrow buffers (little-endian):
+ *   0 key validity bitmap, 1 key offsets int32, 2 key data,
+ *   3 value validity bitmap, 4 value offsets int32, 5 value data,
+ *   6 offset int64, 7 timestamp int64 (microseconds), 8 timestampType int32,
+ *   9 headers validity bitmap, 10 headers list offsets int32,
+ *   11 header key offsets int32, 12 header key data,
+ *   13 header value validity bitmap, 14 header value offsets int32, 15 header value data.
+ * The offsets buffers start as one int32 0 (the caller's); the row count is len(cols[6]) / 8
+ * and the header count len(cols[11]) / 4 - 1. A record without headers has a null headers
+ * list. append_time >= 0 (LogAppendTime) stamps every record with it (timestampType 1).
+ * Returns the number of rows appended; ValueError for records overrunning the body.
+ * oncelog.protocol.records.columns.append_records_python is the reference. */
+
+#define AR_COLS 16
+
+static int ar_reserve(PyObject *ba, Py_ssize_t more, unsigned char **at)
+{
+    Py_ssize_t size = PyByteArray_GET_SIZE(ba);
+    if (PyByteArray_Resize(ba, size + more) < 0)
+        return -1;
+    *at = (unsigned char *)PyByteArray_AS_STRING(ba) + size;
+    return 0;
+}
+
+/* Give back what a reservation did not use (bytearray keeps its allocation). */
+static int ar_trim(PyObject *ba, Py_ssize_t unused)
+{
+    return unused ? PyByteArray_Resize(ba, PyByteArray_GET_SIZE(ba) - unused) : 0;
+}
+
+static void ar_bit(unsigned char *bitmap, Py_ssize_t i, int on)
+{
+    if (on)
+        bitmap[i >> 3] |= (unsigned char)(1u << (i & 7));
+    else
+        bitmap[i >> 3] &= (unsigned char)~(1u << (i & 7));
+}
+
+static void ar_i32(unsigned char *p, int32_t v) { memcpy(p, &v, 4); }
+static void ar_i64(unsigned char *p, int64_t v) { memcpy(p, &v, 8); }
+
+static int32_t ar_last_i32(PyObject *ba)
+{
+    int32_t v;
+    memcpy(&v, PyByteArray_AS_STRING(ba) + PyByteArray_GET_SIZE(ba) - 4, 4);
+    return v;
+}
+
+/* A growable bitmap column: bytes for bits [0, n + more). */
+static int ar_reserve_bits(PyObject *ba, Py_ssize_t n, Py_ssize_t more)
+{
+    Py_ssize_t want = (n + more + 7) / 8;
+    Py_ssize_t size = PyByteArray_GET_SIZE(ba);
+    if (want > size) {
+        if (PyByteArray_Resize(ba, want) < 0)
+            return -1;
+        memset(PyByteArray_AS_STRING(ba) + size, 0, (size_t)(want - size));
+    }
+    return 0;
+}
+
+typedef struct {
+    const unsigned char *buf;
+    Py_ssize_t pos, end;
+} ar_cursor;
+
+static int ar_blob(ar_cursor *c, const unsigned char **data, int64_t *len)
+{
+    if (read_varint(c->buf, &c->pos, c->end, len) < 0)
+        return -1;
+    if (*len < 0) {
+        *len = -1;
+        *data = NULL;
+        return 0;
+    }
+    if (*len > c->end - c->pos)
+        return -1;
+    *data = c->buf + c->pos;
+    c->pos += (Py_ssize_t)*len;
+    return 0;
+}
+
+static PyObject *append_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "append_records takes 9 arguments");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0)
+        return NULL;
+    PyObject *result = NULL;
+    long long count = PyLong_AsLongLong(args[1]);
+    long long base_offset = PyLong_AsLongLong(args[2]);
+    long long base_ts = PyLong_AsLongLong(args[3]);
+    long long append_ts = PyLong_AsLongLong(args[4]);
+    long long lo = PyLong_AsLongLong(args[5]);
+    long long hi = PyLong_AsLongLong(args[6]);
+    int with_headers = PyObject_IsTrue(args[8]);
+    PyObject *cols_obj = args[7];
+    PyObject *col[AR_COLS];
+    if (PyErr_Occurred() || with_headers < 0)
+        goto done;
+    if (!PyList_Check(cols_obj) || PyList_GET_SIZE(cols_obj) != AR_COLS) {
+        PyErr_SetString(PyExc_TypeError, "cols must be a list of 16 bytearrays");
+        goto done;
+    }
+    for (int i = 0; i < AR_COLS; i++) {
+        col[i] = PyList_GET_ITEM(cols_obj, i);
+        if (!PyByteArray_Check(col[i])) {
+            PyErr_SetString(PyExc_TypeError, "cols must be a list of 16 bytearrays");
+            goto done;
+        }
+    }
+    if (count < 0 || count > view.len || PyByteArray_GET_SIZE(col[1]) < 4 ||
+        PyByteArray_GET_SIZE(col[4]) < 4 || PyByteArray_GET_SIZE(col[10]) < 4 ||
+        PyByteArray_GET_SIZE(col[11]) < 4 || PyByteArray_GET_SIZE(col[14]) < 4) {
+        PyErr_SetString(PyExc_ValueError, "bad record count or offsets buffers");
+        goto done;
+    }
+    Py_ssize_t n0 = PyByteArray_GET_SIZE(col[6]) / 8;
+    Py_ssize_t h0 = PyByteArray_GET_SIZE(col[11]) / 4 - 1;
+    Py_ssize_t body_len = view.len;
+    int32_t key_end = ar_last_i32(col[1]), value_end = ar_last_i32(col[4]);
+    int32_t list_end = ar_last_i32(col[10]);
+    int32_t hk_end = ar_last_i32(col[11]), hv_end = ar_last_i32(col[14]);
+    if ((int64_t)key_end + body_len > INT32_MAX || (int64_t)value_end + body_len > INT32_MAX ||
+        (int64_t)hk_end + body_len > INT32_MAX || (int64_t)hv_end + body_len > INT32_MAX) {
+        PyErr_SetString(PyExc_OverflowError, "column data past 2 GiB: start a new batch");
+        goto done;
+    }
+    /* Reserve for `count` rows; the data columns together never exceed the body. */
+    unsigned char *koff, *kdata, *voff, *vdata, *offs, *stamps, *types, *loff;
+    if (ar_reserve_bits(col[0], n0, count) < 0 || ar_reserve_bits(col[3], n0, count) < 0 ||
+        ar_reserve(col[1], 4 * count, &koff) < 0 || ar_reserve(col[2], body_len, &kdata) < 0 ||
+        ar_reserve(col[4], 4 * count, &voff) < 0 || ar_reserve(col[5], body_len, &vdata) < 0 ||
+        ar_reserve(col[6], 8 * count, &offs) < 0 || ar_reserve(col[7], 8 * count, &stamps) < 0 ||
+        ar_reserve(col[8], 4 * count, &types) < 0)
+        goto done;
+    if (with_headers) {
+        if (ar_reserve_bits(col[9], n0, count) < 0 || ar_reserve(col[10], 4 * count, &loff) < 0)
+            goto done;
+    }
+    unsigned char *kbits = (unsigned char *)PyByteArray_AS_STRING(col[0]);
+    unsigned char *vbits = (unsigned char *)PyByteArray_AS_STRING(col[3]);
+    unsigned char *hbits = with_headers ? (unsigned char *)PyByteArray_AS_STRING(col[9]) : NULL;
+    ar_cursor c = {(const unsigned char *)view.buf, 0, body_len};
+    Py_ssize_t n = 0, h = 0, kd = 0, vd = 0;
+    int32_t ts_type = append_ts >= 0 ? 1 : 0;
+    for (long long i = 0; i < count; i++) {
+        int64_t length, ts_delta, offset_delta, klen, vlen, nheaders;
+        const unsigned char *k, *v;
+        if (read_varint(c.buf, &c.pos, c.end, &length) < 0 || length < 1 ||
+            length > c.end - c.pos) {
+            PyErr_Format(PyExc_ValueError, "record %lld overruns the batch", i);
+            goto done;
+        }
+        ar_cursor r = {c.buf, c.pos + 1, c.pos + (Py_ssize_t)length};
+        c.pos = r.end;
+        if (read_varint(r.buf, &r.pos, r.end, &ts_delta) < 0 ||
+            read_varint(r.buf, &r.pos, r.end, &offset_delta) < 0 ||
+            ar_blob(&r, &k, &klen) < 0 || ar_blob(&r, &v, &vlen) < 0 ||
+            read_varint(r.buf, &r.pos, r.end, &nheaders) < 0) {
+            PyErr_Format(PyExc_ValueError, "record %lld is malformed", i);
+            goto done;
+        }
+        int64_t offset = base_offset + offset_delta;
+        if (offset < lo || offset >= hi)
+            continue;
+        Py_ssize_t row = n0 + n;
+        ar_bit(kbits, row, klen >= 0);
+        if (klen > 0) {
+            memcpy(kdata + kd, k, (size_t)klen);
+            kd += (Py_ssize_t)klen;
+        }
+        ar_i32(koff + 4 * n, key_end + (int32_t)kd);
+        ar_bit(vbits, row, vlen >= 0);
+        if (vlen > 0) {
+            memcpy(vdata + vd, v, (size_t)vlen);
+            vd += (Py_ssize_t)vlen;
+        }
+        ar_i32(voff + 4 * n, value_end + (int32_t)vd);
+        ar_i64(offs + 8 * n, offset);
+        ar_i64(stamps + 8 * n, (append_ts >= 0 ? append_ts : base_ts + ts_delta) * 1000);
+        ar_i32(types + 4 * n, ts_type);
+        if (with_headers) {
+            if (nheaders < 0 || nheaders > r.end - r.pos) {
+                PyErr_Format(PyExc_ValueError, "record %lld has a bad header count", i);
+                goto done;
+            }
+            ar_bit(hbits, row, nheaders > 0);
+            if (nheaders > 0) {
+                unsigned char *hk_off, *hk_data, *hv_off, *hv_data;
+                Py_ssize_t room = r.end - r.pos;
+                if (ar_reserve(col[11], 4 * nheaders, &hk_off) < 0 ||
+                    ar_reserve(col[12], room, &hk_data) < 0 ||
+                    ar_reserve(col[14], 4 * nheaders, &hv_off) < 0 ||
+                    ar_reserve(col[15], room, &hv_data) < 0 ||
+                    ar_reserve_bits(col[13], h0 + h, nheaders) < 0)
+                    goto done;
+                unsigned char *hvbits = (unsigned char *)PyByteArray_AS_STRING(col[13]);
+                Py_ssize_t hkd = 0, hvd = 0;
+                for (int64_t j = 0; j < nheaders; j++) {
+                    const unsigned char *hk, *hv;
+                    int64_t hklen, hvlen;
+                    if (ar_blob(&r, &hk, &hklen) < 0 || ar_blob(&r, &hv, &hvlen) < 0) {
+                        PyErr_Format(PyExc_ValueError, "record %lld has a malformed header", i);
+                        goto done;
+                    }
+                    if (hklen > 0) {
+                        memcpy(hk_data + hkd, hk, (size_t)hklen);
+                        hkd += (Py_ssize_t)hklen;
+                    }
+                    ar_i32(hk_off + 4 * j, hk_end + (int32_t)hkd);
+                    ar_bit(hvbits, h0 + h + j, hvlen >= 0);
+                    if (hvlen > 0) {
+                        memcpy(hv_data + hvd, hv, (size_t)hvlen);
+                        hvd += (Py_ssize_t)hvlen;
+                    }
+                    ar_i32(hv_off + 4 * j, hv_end + (int32_t)hvd);
+                }
+                hk_end += (int32_t)hkd;
+                hv_end += (int32_t)hvd;
+                h += (Py_ssize_t)nheaders;
+                if (ar_trim(col[12], room - hkd) < 0 || ar_trim(col[15], room - hvd) < 0)
+                    goto done;
+            }
+            ar_i32(loff + 4 * n, list_end + (int32_t)h);
+        }
+        n++;
+    }
+    if (c.pos != c.end) {
+        PyErr_Format(PyExc_ValueError, "%zd bytes after the last of %lld records",
+                     c.end - c.pos, count);
+        goto done;
+    }
+    Py_ssize_t unused = (Py_ssize_t)count - n;
+    if (ar_trim(col[1], 4 * unused) < 0 || ar_trim(col[2], body_len - kd) < 0 ||
+        ar_trim(col[4], 4 * unused) < 0 || ar_trim(col[5], body_len - vd) < 0 ||
+        ar_trim(col[6], 8 * unused) < 0 || ar_trim(col[7], 8 * unused) < 0 ||
+        ar_trim(col[8], 4 * unused) < 0)
+        goto done;
+    if (with_headers && ar_trim(col[10], 4 * unused) < 0)
+        goto done;
+    /* Bitmaps cover exactly the rows there are. */
+    Py_ssize_t rows = n0 + n;
+    if (PyByteArray_Resize(col[0], (rows + 7) / 8) < 0 ||
+        PyByteArray_Resize(col[3], (rows + 7) / 8) < 0 ||
+        (with_headers && PyByteArray_Resize(col[9], (rows + 7) / 8) < 0) ||
+        (with_headers && PyByteArray_Resize(col[13], (h0 + h + 7) / 8) < 0))
+        goto done;
+    result = PyLong_FromSsize_t(n);
+done:
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
+    {"append_records", (PyCFunction)(void (*)(void))append_records, METH_FASTCALL,
+     "append_records(body, count, base_offset, base_timestamp, append_time, lo, hi, cols, "
+     "with_headers): append the records of a batch body to 16 Arrow buffers (the Spark source)."},
     {"scan_records", scan_records, METH_VARARGS,
      "scan_records(body, count): (start, end, body, after_ts, ts_delta, offset_delta, "
      "key_start, key_length, value_length) of each record of a decompressed batch body."},

@@ -64,3 +64,15 @@ def read_fetch(
 def new_buffer(n: int, /) -> bytearray: ...
 def grow_buffer(buf: bytearray, n: int, /) -> None: ...
 def reserve_blocks(fd: int, offset: int, length: int, /) -> bool: ...
+def append_records(
+    body: bytes | bytearray | memoryview,
+    count: int,
+    base_offset: int,
+    base_timestamp: int,
+    append_time: int,
+    lo: int,
+    hi: int,
+    cols: list[bytearray],
+    with_headers: bool,
+    /,
+) -> int: ...
