@@ -186,10 +186,24 @@ def check_data_loss(
 def read_range(
     options: SourceOptions, r: OffsetRange, schema: StructType
 ) -> Iterator[pa.RecordBatch]:
-    """Read [r.start, r.end) of one partition as Arrow batches matching `schema`."""
+    """Read [r.start, r.end) of one partition as Arrow batches matching `schema`: by Fetch
+    requests decoded into Arrow (`kafka_fetch`, option reader=fetch, the default) unless the
+    options need librdkafka (TLS, SASL) or ask for reader=consumer."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    from oncelog.spark import kafka_fetch
+
     arrow_schema = to_arrow_schema(schema, timezone="UTC")
+    if kafka_fetch.fetch_supported(options):
+        yield from kafka_fetch.fetch_range(options, r, arrow_schema)
+    else:
+        yield from consume_range(options, r, arrow_schema)
+
+
+def consume_range(
+    options: SourceOptions, r: OffsetRange, arrow_schema: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """`read_range` by confluent-kafka's consumer (reader=consumer; TLS and SASL)."""
     headers_type = arrow_schema.field("headers").type if options.include_headers else None
     config: dict[str, Any] = options.consumer_config(_group_id(options, "executor"))
     config.setdefault("enable.partition.eof", False)

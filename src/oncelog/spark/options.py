@@ -29,7 +29,10 @@ KNOWN_OPTIONS: tuple[str, ...] = (
     "includeHeaders",
     "groupIdPrefix",
     "kafkaConsumer.pollTimeoutMs",
+    "reader",
 )
+#: `reader`: how executors read (Fetch requests decoded into Arrow, or librdkafka's consumer).
+READERS = ("fetch", "consumer")
 _KNOWN_BY_LOWER = {name.lower(): name for name in KNOWN_OPTIONS}
 
 #: Options accepted by the writer side of the same format; ignored by the source.
@@ -85,6 +88,7 @@ class SourceOptions:
     group_id_prefix: str = "spark-oncelog-source"
     poll_timeout_ms: int = 120_000
     kafka_params: Mapping[str, str] = field(default_factory=dict)
+    reader: str = "fetch"
 
     @property
     def read_committed(self) -> bool:
@@ -237,6 +241,9 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
     if max_per_trigger is not None and not streaming:
         raise OptionError("option 'maxOffsetsPerTrigger' is only valid for streaming reads")
     poll_timeout = _positive_int(lower, "kafkaConsumer.pollTimeoutMs")
+    reader = lower.get("reader", "fetch").strip().lower()
+    if reader not in READERS:
+        raise OptionError(f"option 'reader' must be 'fetch' or 'consumer', got {reader!r}")
     return SourceOptions(
         bootstrap_servers=bootstrap,
         subscription=_subscription(lower),
@@ -249,4 +256,5 @@ def _parse(options: Mapping[str, str], streaming: bool) -> SourceOptions:
         group_id_prefix=lower.get("groupidprefix", "spark-oncelog-source"),
         poll_timeout_ms=poll_timeout if poll_timeout is not None else 120_000,
         kafka_params=kafka_params,
+        reader=reader,
     )
