@@ -8,8 +8,8 @@ inspected once per task so the per-row work is a few index lookups and no type d
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 from pyspark.sql.types import (
     ArrayType,
@@ -150,5 +150,91 @@ def row_encoder(schema: StructType, topic_option: str | None) -> RowEncoder:
 
     def encode(row: Any) -> ProduceArgs:
         return topic_of(row), partition_of(row), key_of(row), value_of(row[vi]), headers_of(row)
+
+    return encode
+
+
+# == Arrow batches (the sink's DataSourceArrowWriter path) =====================================
+
+
+class BatchRecords(NamedTuple):
+    """One Arrow batch's produce arguments, column by column (no Row objects).
+
+    `topic` is the fixed topic (the `topic` option) or None with `topics` per row; `keys` and
+    `values` hold what the columns hold (bytes or str: the producer takes both), `partitions`
+    and `headers` are None when the rows have no such column.
+    """
+
+    topic: str | None
+    topics: list[str | None] | None
+    partitions: list[int | None] | None
+    keys: list[Any] | None
+    values: list[Any]
+    headers: list[Any] | None
+
+    @property
+    def plain(self) -> bool:
+        """Fixed topic, no partition and no headers: produce(topic, value, key) per row."""
+        return self.topic is not None and self.partitions is None and self.headers is None
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def records(self) -> Iterator[ProduceArgs]:
+        """Each row as (topic, partition, key, value, headers) with bytes, as `RowEncoder`
+        gives it (for the digest and for rows that need more than the plain produce)."""
+        n = len(self.values)
+        topics = self.topics if self.topics is not None else [self.topic] * n
+        partitions = self.partitions if self.partitions is not None else [None] * n
+        keys = self.keys if self.keys is not None else [None] * n
+        headers = self.headers if self.headers is not None else [None] * n
+        for topic, partition, key, value, hdrs in zip(
+            topics, partitions, keys, self.values, headers, strict=True
+        ):
+            if topic is None:
+                raise MissingTopic("a row has a null topic and the sink has no 'topic' option")
+            yield topic, partition, _as_bytes(key), _as_bytes(value), _headers_of(hdrs)
+
+
+def _as_bytes(v: Any) -> bytes | None:
+    if v is None or isinstance(v, bytes):
+        return v
+    if isinstance(v, str):
+        return v.encode()
+    return bytes(v)
+
+
+def _headers_of(v: Any) -> Headers:
+    if v is None:
+        return None
+    return [(h["key"], _as_bytes(h["value"])) for h in v]
+
+
+BatchEncoder = Callable[[Any], BatchRecords]
+
+
+def batch_encoder(schema: StructType, topic_option: str | None) -> BatchEncoder:
+    """A function turning one `pyarrow.RecordBatch` of `schema` into `BatchRecords`, with the
+    column rules (and errors) of `row_encoder`, which it runs once to check the schema."""
+    row_encoder(schema, topic_option)
+    names = schema.fieldNames()
+
+    def column(batch: Any, name: str) -> list[Any] | None:
+        if name not in names:
+            return None
+        values: list[Any] = batch.column(names.index(name)).to_pylist()
+        return values
+
+    def encode(batch: Any) -> BatchRecords:
+        values = column(batch, "value")
+        assert values is not None
+        return BatchRecords(
+            topic_option,
+            None if topic_option is not None else column(batch, "topic"),
+            column(batch, "partition"),
+            column(batch, "key"),
+            values,
+            column(batch, "headers"),
+        )
 
     return encode

@@ -29,7 +29,11 @@ from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from pyspark import TaskContext
-from pyspark.sql.datasource import DataSourceStreamWriter, DataSourceWriter, WriterCommitMessage
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
 from pyspark.sql.types import StructType
 
 from oncelog import fault_points
@@ -43,7 +47,7 @@ from oncelog.spark.markers import (
     seal_group,
     verify_replay,
 )
-from oncelog.spark.rows import RowEncoder, row_encoder
+from oncelog.spark.rows import BatchEncoder, ProduceArgs, batch_encoder
 from oncelog.spark.sink_options import SinkOptions
 
 log = logging.getLogger(__name__)
@@ -132,49 +136,80 @@ def read_seal(opts: SinkOptions, query_id: str) -> Seal | None:
         consumer.close()
 
 
-def produce_rows(
+def produce_batches(
     producer: Producer,
-    encode: RowEncoder,
-    rows: Iterator[Any],
+    encode: BatchEncoder,
+    batches: Iterator[Any],
     digest: Digest | None,
     stop_after: int | None = None,
 ) -> int:
-    """Produce every row (digesting it when a digest is given) with bounded buffering: a
-    full local queue waits for deliveries. Returns the number of rows produced."""
-    produce = producer.produce
-    poll = producer.poll
-    add = None if digest is None else digest.add
+    """Produce every row of every Arrow batch (digesting it when a digest is given) with
+    bounded buffering: a full local queue waits for deliveries. Returns the rows produced."""
     n = 0
-    for row in rows:
-        record = encode(row)
-        if add is not None:
-            add(*record)
-        topic, partition, key, value, headers = record
-        while True:
-            try:
-                produce(
-                    topic,
-                    value,
-                    key,
-                    -1 if partition is None else partition,
-                    headers=headers,  # type: ignore[arg-type]  # list is invariant; bytes is fine
-                )
-                break
-            except BufferError:
-                poll(0.1)
-        n += 1
-        if n % POLL_EVERY == 0:
-            poll(0)
-        if n == stop_after:
-            break
+    for batch in batches:
+        records = encode(batch)
+        if digest is None and records.plain and stop_after is None:
+            assert records.topic is not None
+            n += _produce_plain(producer, records.topic, records.keys, records.values)
+            continue
+        for record in records.records():
+            if digest is not None:
+                digest.add(*record)
+            _produce_one(producer, record)
+            n += 1
+            if n % POLL_EVERY == 0:
+                producer.poll(0)
+            if n == stop_after:
+                return n
     return n
 
 
-def digest_rows(encode: RowEncoder, rows: Iterator[Any], ordered: bool) -> Digest:
+def _produce_plain(
+    producer: Producer, topic: str, keys: list[Any] | None, values: list[Any]
+) -> int:
+    """produce(topic, value, key) for each row: the common shape, one call per row."""
+    produce = producer.produce
+    poll = producer.poll
+    n = 0
+    for key, value in zip(keys if keys is not None else [None] * len(values), values, strict=True):
+        try:
+            produce(topic, value, key)
+        except BufferError:
+            while True:
+                poll(0.1)
+                try:
+                    produce(topic, value, key)
+                    break
+                except BufferError:
+                    continue
+        n += 1
+        if n % POLL_EVERY == 0:
+            poll(0)
+    return n
+
+
+def _produce_one(producer: Producer, record: ProduceArgs) -> None:
+    topic, partition, key, value, headers = record
+    while True:
+        try:
+            producer.produce(
+                topic,
+                value,
+                key,
+                -1 if partition is None else partition,
+                headers=headers,  # type: ignore[arg-type]  # list is invariant; bytes is fine
+            )
+            return
+        except BufferError:
+            producer.poll(0.1)
+
+
+def digest_batches(encode: BatchEncoder, batches: Iterator[Any], ordered: bool) -> Digest:
     digest = Digest(ordered)
     add = digest.add
-    for row in rows:
-        add(*encode(row))
+    for batch in batches:
+        for record in encode(batch).records():
+            add(*record)
     return digest
 
 
@@ -239,13 +274,13 @@ def _task_context() -> TaskContext:
 # == Streaming ================================================================================
 
 
-class KafkaStreamWriter(DataSourceStreamWriter):
+class KafkaStreamWriter(DataSourceStreamArrowWriter):
     """Streaming writer: exactly-once per Spark partition (or at-least-once on request)."""
 
     def __init__(self, options: dict[str, str], schema: StructType, overwrite: bool) -> None:
         self.opts = SinkOptions.parse(options)
         self.schema = schema
-        row_encoder(schema, self.opts.topic)  # fail on the driver, before any task runs
+        batch_encoder(schema, self.opts.topic)  # fail on the driver, before any task runs
 
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
         ctx = _task_context()
@@ -255,7 +290,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):
         query_id = ctx.getLocalProperty("sql.streaming.queryId") or ""
         if batch_id < 0 or not query_id:
             raise RuntimeError("streaming batch id / query id missing from the task context")
-        encode = row_encoder(self.schema, self.opts.topic)
+        encode = batch_encoder(self.schema, self.opts.topic)
         fail = self.opts.fail_attempt0 == (batch_id, partition_id) and attempt == 0
         if not self.opts.exactly_once:
             return self._write_at_least_once(
@@ -269,7 +304,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):
             marker = read_marker(consumer, tp)
             if plan(marker, batch_id, partition_id) is Action.VERIFY:
                 assert marker is not None
-                digest = digest_rows(encode, iterator, self.opts.ordered_digest)
+                digest = digest_batches(encode, iterator, self.opts.ordered_digest)
                 verify_replay(marker, batch_id, partition_id, digest.hexdigest(), digest.count)
                 log.info("batch %d partition %d already written: skipped", batch_id, partition_id)
                 return SinkCommitMessage(
@@ -281,14 +316,14 @@ class KafkaStreamWriter(DataSourceStreamWriter):
                 # Die as a crashed attempt would: one record in the log, transaction left
                 # open. The retry's init_transactions must abort it.
                 producer.begin_transaction()
-                produce_rows(producer, encode, iterator, digest, stop_after=FAIL_AFTER_ROWS)
+                produce_batches(producer, encode, iterator, digest, stop_after=FAIL_AFTER_ROWS)
                 producer.flush(CLIENT_TIMEOUT)
                 raise InjectedFailure(
                     f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
                 )
 
             def body() -> None:
-                produce_rows(producer, encode, iterator, digest)
+                produce_batches(producer, encode, iterator, digest)
                 new = Marker(batch_id, digest.count, digest.hexdigest())
                 offsets = [TopicPartition(tp.topic, tp.partition, new.offset, new.metadata())]
                 producer.send_offsets_to_transaction(
@@ -306,7 +341,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):
     def _write_at_least_once(
         self,
         iterator: Iterator[Any],
-        encode: RowEncoder,
+        encode: BatchEncoder,
         partition_id: int,
         batch_id: int,
         query_id: str,
@@ -314,7 +349,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):
     ) -> SinkCommitMessage:
         errors: list[KafkaError] = []
         producer = _plain_producer(self.opts, errors)
-        n = produce_rows(producer, encode, iterator, None, FAIL_AFTER_ROWS if fail else None)
+        n = produce_batches(producer, encode, iterator, None, FAIL_AFTER_ROWS if fail else None)
         _flush_checked(producer, errors)
         if fail:
             raise InjectedFailure(
@@ -373,7 +408,7 @@ class KafkaStreamWriter(DataSourceStreamWriter):
 # == Batch ====================================================================================
 
 
-class KafkaBatchWriter(DataSourceWriter):
+class KafkaBatchWriter(DataSourceArrowWriter):
     """`df.write`: one transaction per task (atomic per task, not per job: a failed job may
     leave some tasks' output committed). Ids are unique per job and attempt, so attempts never
     fence each other; a crashed attempt's transaction ends at transaction.timeout.ms."""
@@ -382,18 +417,18 @@ class KafkaBatchWriter(DataSourceWriter):
         self.opts = SinkOptions.parse(options)
         self.schema = schema
         self.job = uuid.uuid4().hex  # chosen on the driver, pickled to every task
-        row_encoder(schema, self.opts.topic)
+        batch_encoder(schema, self.opts.topic)
 
     def write(self, iterator: Iterator[Any]) -> SinkCommitMessage:
         ctx = _task_context()
         partition_id = ctx.partitionId()
         attempt = ctx.attemptNumber()
-        encode = row_encoder(self.schema, self.opts.topic)
+        encode = batch_encoder(self.schema, self.opts.topic)
         produced = [0]
         if not self.opts.exactly_once:
             errors: list[KafkaError] = []
             producer = _plain_producer(self.opts, errors)
-            produced[0] = produce_rows(producer, encode, iterator, None)
+            produced[0] = produce_batches(producer, encode, iterator, None)
             _flush_checked(producer, errors)
             txn_id = None
         else:
@@ -401,7 +436,7 @@ class KafkaBatchWriter(DataSourceWriter):
             txn_producer = transactional_producer(self.opts, txn_id)
 
             def body() -> None:
-                produced[0] = produce_rows(txn_producer, encode, iterator, None)
+                produced[0] = produce_batches(txn_producer, encode, iterator, None)
 
             _run_transaction(txn_producer, body)
         return SinkCommitMessage(
