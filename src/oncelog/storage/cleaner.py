@@ -41,26 +41,30 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import NamedTuple
 
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig
 from oncelog.fileio import fsync_dir
 from oncelog.protocol.records.batch import (
-    COMPRESSION_MASK,
-    DELETE_HORIZON_FLAG,
     HEADER_SIZE,
     MIN_BATCH_LENGTH,
     BatchHeader,
-    build_batch,
     iter_batches,
     parse_header,
 )
-from oncelog.protocol.records.compression import batch_records, compress
-from oncelog.protocol.records.control import ControlRecordError, parse_marker
-from oncelog.protocol.records.record import decode_varint, encode_varint
-from oncelog.protocol.records.speedups import speedups as _speedups
+from oncelog.protocol.records.compression import batch_records
 from oncelog.storage import swap
+from oncelog.storage.cleaned_batches import (
+    CleanedTransactions,
+    CleanerError,
+    Record,
+    empty_batch,
+    horizon_of,
+    key_of,
+    marker_kind,
+    rebuild,
+    records_of,
+)
 from oncelog.storage.offset_map import OffsetMap
 from oncelog.storage.partition_log import PartitionLog, SegmentSwap
 from oncelog.storage.segment import LogSegment
@@ -184,187 +188,6 @@ class CleanResult:
     duration_ms: float = 0.0
 
 
-class CleanerError(Exception):
-    """A cleaning round could not be done; nothing was swapped."""
-
-
-# -- records -----------------------------------------------------------------------------------
-
-
-class _Record(NamedTuple):
-    """Where one record's parts are in a decompressed batch body (-1 lengths: null)."""
-
-    start: int
-    end: int
-    body: int
-    after_ts: int
-    ts_delta: int
-    offset_delta: int
-    key_start: int
-    key_length: int
-    value_length: int
-
-
-def _records(body: bytes, count: int) -> list[_Record]:
-    """The records of a decompressed batch body (in C when the extension is built)."""
-    if _speedups is not None:
-        try:
-            return [_Record._make(r) for r in _speedups.scan_records(body, count)]
-        except ValueError as exc:
-            raise CleanerError(f"undecodable records: {exc}") from exc
-    return scan_records_python(body, count)
-
-
-def scan_records_python(body: bytes, count: int) -> list[_Record]:
-    """The reference implementation of `_speedups.scan_records`."""
-    out: list[_Record] = []
-    pos, end = 0, len(body)
-    for _ in range(count):
-        length, start = decode_varint(body, pos, end)
-        rec_end = start + length
-        if length < 1 or rec_end > end:
-            raise CleanerError("undecodable records: a record overruns its batch")
-        ts_delta, after_ts = decode_varint(body, start + 1, rec_end)
-        offset_delta, p = decode_varint(body, after_ts, rec_end)
-        key_len, key_start = decode_varint(body, p, rec_end)
-        value_len, _ = decode_varint(body, key_start + max(key_len, 0), rec_end)
-        out.append(
-            _Record(
-                pos, rec_end, start, after_ts, ts_delta, offset_delta, key_start, key_len, value_len
-            )
-        )
-        pos = rec_end
-    return out
-
-
-def _key(body: bytes, rec: _Record) -> bytes | None:
-    if rec.key_length < 0:
-        return None
-    return body[rec.key_start : rec.key_start + rec.key_length]
-
-
-def _horizon(header: BatchHeader) -> int | None:
-    return header.base_timestamp if header.attributes & DELETE_HORIZON_FLAG else None
-
-
-def _rebuild(header: BatchHeader, body: bytes, kept: list[_Record], horizon: int | None) -> bytes:
-    """The batch with only `kept` records (offsets and last offset delta unchanged); with a
-    new `horizon`, the base timestamp becomes it and record timestamp deltas follow."""
-    base_ts = header.base_timestamp
-    attributes = header.attributes
-    pieces: list[bytes] = []
-    if horizon is not None and _horizon(header) is None:
-        for rec in kept:
-            new_body = (
-                body[rec.body : rec.body + 1]
-                + encode_varint(base_ts + rec.ts_delta - horizon)
-                + body[rec.after_ts : rec.end]
-            )
-            pieces.append(encode_varint(len(new_body)) + new_body)
-        base_ts = horizon
-        attributes |= DELETE_HORIZON_FLAG
-    else:
-        pieces = [body[rec.start : rec.end] for rec in kept]
-    if header.log_append_time:
-        max_ts = header.max_timestamp
-    else:
-        old_base = header.base_timestamp
-        max_ts = max(old_base + rec.ts_delta for rec in kept)
-    records = b"".join(pieces)
-    return build_batch(
-        base_offset=header.base_offset,
-        records=compress(header.compression, records) if header.compression else records,
-        record_count=len(kept),
-        last_offset_delta=header.last_offset_delta,
-        base_timestamp=base_ts,
-        max_timestamp=max_ts,
-        attributes=attributes,
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        partition_leader_epoch=header.partition_leader_epoch,
-    )
-
-
-def _empty(header: BatchHeader) -> bytes:
-    """Only the header of a batch, for its producer's sequence and epoch (Kafka's empty
-    batch: no records, no compression, no delete horizon)."""
-    return build_batch(
-        base_offset=header.base_offset,
-        records=b"",
-        record_count=0,
-        last_offset_delta=header.last_offset_delta,
-        base_timestamp=header.max_timestamp,
-        max_timestamp=header.max_timestamp,
-        attributes=header.attributes & ~(COMPRESSION_MASK | DELETE_HORIZON_FLAG),
-        producer_id=header.producer_id,
-        producer_epoch=header.producer_epoch,
-        base_sequence=header.base_sequence,
-        partition_leader_epoch=header.partition_leader_epoch,
-    )
-
-
-# -- transactions ------------------------------------------------------------------------------
-
-
-class _Transactions:
-    """Which batches belong to aborted transactions and which markers may go, as the round
-    walks the log in offset order (Kafka's CleanedTransactionMetadata)."""
-
-    def __init__(self, aborted: Iterable[AbortedTxn]) -> None:
-        self._pending = sorted(aborted, key=lambda t: t.first_offset)
-        self._next = 0
-        self._aborted: dict[int, tuple[AbortedTxn, list[bool]]] = {}
-        self._committed: set[int] = set()
-        self.kept_aborts: list[AbortedTxn] = []
-        """Aborted transactions whose marker this round keeps because it saw their data."""
-
-    def _start_up_to(self, offset: int) -> None:
-        pending = self._pending
-        while self._next < len(pending) and pending[self._next].first_offset <= offset:
-            txn = pending[self._next]
-            self._aborted.setdefault(txn.producer_id, (txn, [False]))
-            self._next += 1
-
-    def on_batch(self, header: BatchHeader) -> bool:
-        """True if the data batch belongs to an aborted transaction."""
-        self._start_up_to(header.last_offset)
-        if not header.is_transactional:
-            return False
-        ongoing = self._aborted.get(header.producer_id)
-        if ongoing is not None:
-            ongoing[1][0] = True
-            return True
-        self._committed.add(header.producer_id)
-        return False
-
-    def on_marker(self, header: BatchHeader, commit: bool | None) -> bool:
-        """True if the marker may be removed (`commit` None: an emptied control batch)."""
-        self._start_up_to(header.last_offset)
-        pid = header.producer_id
-        if commit is None:
-            return True
-        if not commit:
-            ongoing = self._aborted.pop(pid, None)
-            if ongoing is not None and ongoing[1][0]:
-                self.kept_aborts.append(ongoing[0])
-                return False
-            return True
-        if pid in self._committed:
-            self._committed.discard(pid)
-            return False
-        return True
-
-
-def _marker_kind(data: bytes | memoryview, pos: int, header: BatchHeader) -> bool | None:
-    if header.record_count == 0:
-        return None
-    try:
-        return parse_marker(data[pos : pos + header.size])[0]
-    except ControlRecordError:
-        return None
-
-
 # -- the worker ---------------------------------------------------------------------------------
 
 
@@ -421,7 +244,7 @@ class _Round:
         # Only transactions that end in the dirty range or later: the walk starts there, so
         # it would never see the marker of one that ended before, and would count that
         # producer's later (committed) batches as aborted (Kafka collects the dirty range's).
-        txns = _Transactions(t for t in job.aborted if t.last_offset >= job.first_dirty)
+        txns = CleanedTransactions(t for t in job.aborted if t.last_offset >= job.first_dirty)
         for ref in job.segments:
             if ref.next_offset <= job.first_dirty:
                 continue
@@ -432,7 +255,7 @@ class _Round:
                     if header.base_offset >= job.end:
                         return job.end
                     if header.is_control:
-                        txns.on_marker(header, _marker_kind(chunk, pos, header))
+                        txns.on_marker(header, marker_kind(chunk, pos, header))
                         continue
                     if txns.on_batch(header) or header.record_count == 0:
                         continue
@@ -447,7 +270,7 @@ class _Round:
                     body = batch_records(chunk, pos, header)
                     base = header.base_offset
                     put = self.map.put
-                    for rec in _records(body, header.record_count):
+                    for rec in records_of(body, header.record_count):
                         if rec.key_length >= 0:
                             put(
                                 body[rec.key_start : rec.key_start + rec.key_length],
@@ -486,7 +309,7 @@ class _Round:
         end = self.build_map()
         self.map.latest_offset = end - 1
         self.result.end_offset = end
-        txns = _Transactions(self.job.aborted)
+        txns = CleanedTransactions(self.job.aborted)
         for group in self.groups(end):
             self.result.groups.append(self._clean_group(group, txns, end))
         with contextlib.suppress(OSError):
@@ -494,7 +317,9 @@ class _Round:
         self.result.duration_ms = (time.monotonic() - started) * 1000
         return self.result
 
-    def _clean_group(self, group: list[SegmentRef], txns: _Transactions, end: int) -> CleanedGroup:
+    def _clean_group(
+        self, group: list[SegmentRef], txns: CleanedTransactions, end: int
+    ) -> CleanedGroup:
         job = self.job
         base = group[0].base_offset
         swap.discard_cleaned(self.directory, [base])
@@ -523,7 +348,7 @@ class _Round:
             out.close()
 
     def _clean_segment(
-        self, ref: SegmentRef, txns: _Transactions, end: int, out: LogSegment
+        self, ref: SegmentRef, txns: CleanedTransactions, end: int, out: LogSegment
     ) -> None:
         for chunk, batches in _read_batches(self._path(ref.base_offset), self.job.io_buffer_size):
             pieces: list[bytes | memoryview] = []
@@ -553,17 +378,17 @@ class _Round:
         return header.is_control and header.producer_epoch == epoch
 
     def _filter(
-        self, chunk: bytes, pos: int, header: BatchHeader, txns: _Transactions, end: int
+        self, chunk: bytes, pos: int, header: BatchHeader, txns: CleanedTransactions, end: int
     ) -> bytes | memoryview | None:
         """What the round keeps of one batch below its end: the batch, a rewritten batch,
         its empty header, or nothing."""
-        horizon = _horizon(header)
+        horizon = horizon_of(header)
         self.result.records_read += header.record_count
         if header.is_control:
-            can_discard = txns.on_marker(header, _marker_kind(chunk, pos, header))
+            can_discard = txns.on_marker(header, marker_kind(chunk, pos, header))
             if not (can_discard and horizon is not None and horizon <= self.now):
                 return self._keep_marker(chunk, pos, header, can_discard)
-            kept: list[_Record] = []
+            kept: list[Record] = []
             body = b""
         elif txns.on_batch(header):
             kept, body = [], b""
@@ -578,11 +403,11 @@ class _Round:
                 self.result.delete_horizon_ms = min(self.result.delete_horizon_ms, new_horizon)
             if len(kept) == header.record_count and new_horizon == horizon:
                 return memoryview(chunk)[pos : pos + header.size]
-            return _rebuild(header, body, kept, new_horizon)
+            return rebuild(header, body, kept, new_horizon)
         if (header.has_producer_id and self._is_last_of_producer(header)) or (
             header.next_offset == end
         ):
-            return _empty(header)
+            return empty_batch(header)
         return None
 
     def _keep_marker(
@@ -593,34 +418,34 @@ class _Round:
         original = memoryview(chunk)[pos : pos + header.size]
         if not (can_discard and header.record_count):
             return original
-        horizon = _horizon(header)
+        horizon = horizon_of(header)
         if horizon is None:
             horizon = self.now + self.job.params.delete_retention_ms
             body = batch_records(chunk, pos, header)
             original = memoryview(
-                _rebuild(header, body, list(_records(body, header.record_count)), horizon)
+                rebuild(header, body, list(records_of(body, header.record_count)), horizon)
             )
         self.result.delete_horizon_ms = min(self.result.delete_horizon_ms, horizon)
         return original
 
     def _kept_records(
         self, chunk: bytes, pos: int, header: BatchHeader
-    ) -> tuple[list[_Record], bytes]:
+    ) -> tuple[list[Record], bytes]:
         """The records of a data batch that are the latest of their key; tombstones only
         until the batch's delete horizon."""
         if not header.record_count:
             return [], b""
         body = batch_records(chunk, pos, header)
-        horizon = _horizon(header)
+        horizon = horizon_of(header)
         expired = horizon is not None and horizon <= self.now
         latest_mapped = self.map.latest_offset
-        kept: list[_Record] = []
+        kept: list[Record] = []
         get = self.map.get
-        for rec in _records(body, header.record_count):
+        for rec in records_of(body, header.record_count):
             offset = header.base_offset + rec.offset_delta
             if offset > latest_mapped:
                 kept.append(rec)
-            elif rec.key_length < 0 or offset < get(_key(body, rec) or b""):
+            elif rec.key_length < 0 or offset < get(key_of(body, rec) or b""):
                 continue
             elif rec.value_length >= 0 or not expired:
                 kept.append(rec)

@@ -25,7 +25,13 @@ from oncelog.fileio import FileRegion
 from oncelog.protocol.records.batch import BatchHeader, iter_batches, parse_header, span_batches
 from oncelog.protocol.records.compression import batch_records
 from oncelog.protocol.records.speedups import speedups as _speedups
-from oncelog.storage.cleaner import _marker_kind, _rebuild, _Record, _records, _Transactions
+from oncelog.storage.cleaned_batches import (
+    CleanedTransactions,
+    Record,
+    marker_kind,
+    rebuild,
+    records_of,
+)
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.storage.txn_index import AbortedTxn
 
@@ -74,13 +80,13 @@ def _collect(
     latest: dict[bytes, int] = {}
     dead: set[int] = set()
     suspects = {t.producer_id for t in aborted}
-    txns = _Transactions(aborted)
+    txns = CleanedTransactions(aborted)
     for data in _chunks(plog, start, stable, chunk_bytes):
         held, _, _, _ = _speedups.collect_latest(data, stable, latest, suspects)
         for pos in held:
             header = parse_header(data, pos)
             if header.is_control:
-                txns.on_marker(header, _marker_kind(data, pos, header))
+                txns.on_marker(header, marker_kind(data, pos, header))
                 continue
             if header.producer_id in suspects and txns.on_batch(header):
                 dead.add(header.base_offset)
@@ -88,7 +94,7 @@ def _collect(
             if not header.record_count:
                 continue
             body = batch_records(data, pos, header)
-            for rec in _records(body, header.record_count):
+            for rec in records_of(body, header.record_count):
                 if rec.key_length >= 0:
                     key, offset = _key(body, rec), header.base_offset + rec.offset_delta
                     if offset > latest.get(key, -1):
@@ -101,23 +107,23 @@ def _kept(
     pos: int,
     header: BatchHeader,
     latest: dict[bytes, int],
-    key_of: Callable[[bytes, _Record], bytes],
+    key_of: Callable[[bytes, Record], bytes],
 ) -> bytes | memoryview | None:
     """The batch at `pos` with only its records that stay (a record stays if its key is null
     or has no later record): itself if all do, None if none does."""
     body = batch_records(data, pos, header)
     kept = [
         rec
-        for rec in _records(body, header.record_count)
+        for rec in records_of(body, header.record_count)
         if rec.key_length < 0
         or header.base_offset + rec.offset_delta >= latest.get(key_of(body, rec), -1)
     ]
     if len(kept) == header.record_count:
         return memoryview(data)[pos : pos + header.size]
-    return _rebuild(header, body, kept, None) if kept else None
+    return rebuild(header, body, kept, None) if kept else None
 
 
-def _key(body: bytes, rec: _Record) -> bytes:
+def _key(body: bytes, rec: Record) -> bytes:
     return body[rec.key_start : rec.key_start + rec.key_length]
 
 
@@ -155,7 +161,7 @@ def read_latest_python(
     start = plog.log_start_offset
     aborted = [t for s in plog.segments for t in s.txn_index.entries]
     latest = _latest_digests(plog, start, stable, aborted, chunk_bytes)
-    txns = _Transactions(aborted)
+    txns = CleanedTransactions(aborted)
     for data in _chunks(plog, start, end, chunk_bytes):
         out: list[bytes | memoryview] = []
         view = memoryview(data)
@@ -164,7 +170,7 @@ def read_latest_python(
             if header.base_offset >= stable:
                 out.append(whole)
             elif header.is_control:
-                txns.on_marker(header, _marker_kind(data, pos, header))
+                txns.on_marker(header, marker_kind(data, pos, header))
                 out.append(whole)
             elif not txns.on_batch(header) and header.record_count:
                 kept = _kept(data, pos, header, latest, _digest)
@@ -174,7 +180,7 @@ def read_latest_python(
             yield b"".join(out)
 
 
-def _digest(body: bytes, rec: _Record) -> bytes:
+def _digest(body: bytes, rec: Record) -> bytes:
     return blake2b(body[rec.key_start : rec.key_start + rec.key_length], digest_size=16).digest()
 
 
@@ -183,14 +189,14 @@ def _latest_digests(
 ) -> dict[bytes, int]:
     """Key digest -> offset of its latest record below `stable`, aborted data left out."""
     latest: dict[bytes, int] = {}
-    txns = _Transactions(aborted)
+    txns = CleanedTransactions(aborted)
     for data in _chunks(plog, start, stable, chunk_bytes):
         for pos, header in iter_batches(data):
             if header.is_control:
-                txns.on_marker(header, _marker_kind(data, pos, header))
+                txns.on_marker(header, marker_kind(data, pos, header))
             elif not txns.on_batch(header) and header.record_count:
                 body = batch_records(data, pos, header)
-                for rec in _records(body, header.record_count):
+                for rec in records_of(body, header.record_count):
                     if rec.key_length >= 0:
                         latest[_digest(body, rec)] = header.base_offset + rec.offset_delta
     return latest
