@@ -17,6 +17,7 @@ from oncelog.protocol.records.record import (
     record_keys_and_values,
     record_offsets_and_timestamps,
 )
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker
 from oncelog.storage.partition_log import AppendInfo, PartitionLog
 from tests.storage.util import T0, validated
 
@@ -79,7 +80,9 @@ class Producer:
 
     def end(self, commit: bool) -> AppendInfo:
         self.in_txn = False
-        return self.plog.append_marker(self.producer_id, self.epoch, 0, commit, 0)
+        return self.plog.append(
+            EndTxnMarker(self.producer_id, self.epoch, 0, commit), 0, AppendOrigin.COORDINATOR
+        )
 
 
 def send_plain(plog: PartitionLog, records: Sequence[Record]) -> AppendInfo:

@@ -17,6 +17,7 @@ from oncelog.protocol.records.batch import DELETE_HORIZON_FLAG, iter_batches
 from oncelog.protocol.records.compression import Codec
 from oncelog.storage import swap
 from oncelog.storage.cleaner import CleanerSettings, LogCleaner, clean_segments
+from oncelog.storage.local_log import LogHooks
 from oncelog.storage.offset_map import OffsetMap
 from oncelog.storage.partition_log import PartitionLog
 from tests.storage.cleaner_util import Producer, consume, send_plain, table, tombstones
@@ -100,9 +101,9 @@ def test_replaced_segments_are_renamed_and_left_to_the_discard_hook(
     """The swap renames the segments it replaced to `.deleted` and hands them over with the
     log's `file.delete.delay.ms`: their unlinks run in the broker's worker, not on the loop
     that swaps."""
-    plog = open_log(tmp_path, replace(COMPACT, file_delete_delay_ms=1234), clock)
     handed: list[tuple[list[Path], int]] = []
-    plog.discard_hook = lambda paths, delay_ms: handed.append((paths, delay_ms))
+    hooks = LogHooks(discard=lambda paths, delay_ms: handed.append((paths, delay_ms)))
+    plog = open_log(tmp_path, replace(COMPACT, file_delete_delay_ms=1234), clock, hooks=hooks)
     for n in range(40):
         send_plain(plog, [(k(n % 5), v(n % 5, n))])
     bases = [s.base_offset for s in plog.segments[:-1]]
@@ -408,10 +409,10 @@ def test_c_record_scan_matches_python(
     records: list[tuple[bytes | None, bytes | None, int]],
 ) -> None:
     from oncelog.protocol.records.record import encode_record
-    from oncelog.storage.cleaner import _records, scan_records_python
+    from oncelog.storage.cleaned_batches import records_of, scan_records_python
 
     body = b"".join(
         encode_record(offset_delta=i, timestamp_delta=ts, key=key, value=value)
         for i, (key, value, ts) in enumerate(records)
     )
-    assert _records(body, len(records)) == scan_records_python(body, len(records))
+    assert records_of(body, len(records)) == scan_records_python(body, len(records))

@@ -19,6 +19,7 @@ from oncelog.config import LogConfig
 from oncelog.errors import OffsetOutOfRange
 from oncelog.producer_state import snapshot
 from oncelog.storage.cleaner import CleanerSettings, CleanSwap, LogCleaner, clean_segments
+from oncelog.storage.local_log import LogHooks
 from oncelog.storage.partition_log import PartitionLog
 from tests.storage.cleaner_util import (
     Producer,
@@ -269,10 +270,10 @@ def test_close_waits_for_a_committed_group(tmp_path: Path, clock: ManualClock, s
 def test_a_deleted_and_recreated_partition_gets_nothing_of_the_swap(
     tmp_path: Path, clock: ManualClock, committed: bool
 ) -> None:
-    plog = open_log(tmp_path, COMPACT, clock)
-    fill(plog)
     retired: list[Path] = []
-    plog.discard_hook = lambda paths, _delay: retired.extend(paths)
+    hooks = LogHooks(discard=lambda paths, _delay: retired.extend(paths))
+    plog = open_log(tmp_path, COMPACT, clock, hooks=hooks)
+    fill(plog)
     pause = Pause("log-swap")
     c, cleaned = begin(plog, clock, pause)
     worker = None

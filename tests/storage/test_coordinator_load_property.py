@@ -17,7 +17,7 @@ read chunks) must give the same committed offsets, pending transactional offsets
 (`unstable_partitions`) and group metadata, on:
 
 1. the leader's log;
-2. a follower that fetched it in pieces (`append_as_follower`), restarting on the way, and
+2. a follower that fetched it in pieces (appends of origin REPLICATION), restarting on the way, and
    then became the leader;
 3. a follower that held a diverged suffix of an old leader, truncated to the common prefix
    and fetched the new leader's history.
@@ -65,6 +65,7 @@ from oncelog.fileio import FileRegion
 from oncelog.protocol.records.batch import iter_batches, span_batches
 from oncelog.storage.cleaner import CleanerSettings, LogCleaner
 from oncelog.storage.latest import read_latest, read_latest_python
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.storage.validator import validate_produce_records
 from oncelog.types import TopicPartition
@@ -257,8 +258,8 @@ def check_loads(plog: PartitionLog, expected: State, chunk: int, *, both: bool =
 @dataclass
 class Writer:
     """Writes ops to an offsets partition log as the leader does (`GroupRuntime._persist`:
-    one batch per producer through `ReplicaManager.append(coordinator=True)`; markers through
-    `PartitionLog.append_marker`), and feeds a live coordinator as the runtime does."""
+    one batch per producer, origin COORDINATOR; markers as `EndTxnMarker`s), and feeds a live
+    coordinator as the runtime does."""
 
     root: Path
     config: LogConfig
@@ -311,7 +312,11 @@ class Writer:
             _, pid, commit, bump = op
             if bump:  # a timeout abort or a fenced producer's abort; KIP-890 bumps on every end
                 self.epochs[pid] += 1
-            self.plog.append_marker(pid, self.epochs[pid], 0, commit, leader_epoch)
+            self.plog.append(
+                EndTxnMarker(pid, self.epochs[pid], 0, commit),
+                leader_epoch,
+                AppendOrigin.COORDINATOR,
+            )
             self.live.complete_txn_offsets(pid, OFFSETS_TP.partition, commit)
         elif kind == "group":
             _, group_id, n = op
@@ -355,7 +360,7 @@ class Writer:
     def _persist(self, records: list[GroupRecord], pid: int, epoch: int, leader_epoch: int) -> None:
         data = encode_batch(records, self.clock.wall_ms(), pid, epoch)
         validated = validate_produce_records(data, 1 << 30, client=False)
-        self.plog.append(validated, leader_epoch, check_sequence=False)
+        self.plog.append(validated, leader_epoch, origin=AppendOrigin.COORDINATOR)
         for record in records:
             self.live.replay(record)
 
@@ -391,7 +396,7 @@ def fetch_into(
         count = pieces[i % len(pieces)] if pieces else len(ends)
         later = [e for e in ends if e > pos]
         end = later[min(count, len(later)) - 1]
-        replica.append_as_follower(data[pos:end])
+        replica.append(data[pos:end], origin=AppendOrigin.REPLICATION)
         pos = end
         how = restarts[i] if i < len(restarts) else "none"
         if how != "none":

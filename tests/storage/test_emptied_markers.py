@@ -12,6 +12,7 @@ from oncelog.clock import ManualClock
 from oncelog.config import LogConfig
 from oncelog.protocol.records.batch import iter_batches
 from oncelog.storage.cleaner import CleanerSettings, LogCleaner
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker
 from oncelog.storage.partition_log import PartitionLog
 from tests.storage.cleaner_util import Producer, send_plain
 from tests.storage.test_replication import open_at
@@ -33,7 +34,7 @@ def emptied_marker_log(root: Path, clock: ManualClock) -> PartitionLog:
     plog = open_at(root, clock, COMPACT, replicated=True)
     txn = Producer(plog, 7, transactional=True)
     txn.send([(b"k", b"in-txn")])
-    plog.append_marker(7, 1, 0, False, 0)
+    plog.append(EndTxnMarker(7, 1, 0, False), 0, AppendOrigin.COORDINATOR)
     other = Producer(plog, 8, transactional=True)
     other.send([(b"j", b"kept")])
     other.end(commit=True)
@@ -56,7 +57,7 @@ def test_a_follower_takes_an_emptied_marker(tmp_path: Path) -> None:
     leader = emptied_marker_log(tmp_path / "leader", clock)
     follower = open_at(tmp_path / "follower", clock, COMPACT, replicated=True)
     data = read_all(leader)
-    follower.append_as_follower(data)
+    follower.append(data, origin=AppendOrigin.REPLICATION)
     assert follower.log_end_offset == leader.log_end_offset
     follower.set_high_watermark(leader.high_watermark)
     assert read_all(follower) == data

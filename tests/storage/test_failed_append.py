@@ -15,6 +15,7 @@ import pytest
 
 from oncelog.config import LogConfig
 from oncelog.protocol.records.batch import iter_batches
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker
 from tests.storage.util import append, batch_offsets, open_log, read_all
 
 
@@ -71,15 +72,15 @@ def test_abort_index_write_failure_takes_the_marker_back(
 
     monkeypatch.setattr(plog.active.txn_index, "append", full)
     with pytest.raises(OSError):
-        plog.append_marker(7, 0, 0, commit=False, leader_epoch=0)
+        plog.append(EndTxnMarker(7, 0, 0, False), 0, AppendOrigin.COORDINATOR)
     monkeypatch.undo()
     assert plog.log_end_offset == 4
     assert plog.last_stable_offset == 0  # both transactions still open
     assert plog.producer_state.ongoing_transactions() == {7: 0, 8: 2}
 
-    info = plog.append_marker(7, 0, 0, commit=False, leader_epoch=0)  # the retry
+    info = plog.append(EndTxnMarker(7, 0, 0, False), 0, AppendOrigin.COORDINATOR)  # the retry
     assert info.base_offset == 4
-    plog.append_marker(8, 0, 0, commit=True, leader_epoch=0)  # 5
+    plog.append(EndTxnMarker(8, 0, 0, True), 0, AppendOrigin.COORDINATOR)  # 5
     batches, aborted = committed_view(plog)
     assert batches == [0, 2, 4, 5]
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(7, 0, 4)]

@@ -16,6 +16,7 @@ from oncelog.clock import ManualClock
 from oncelog.config import LogConfig
 from oncelog.errors import CorruptMessage
 from oncelog.protocol.records.batch import iter_batches
+from oncelog.storage.log_info import AppendOrigin
 from oncelog.storage.partition_log import PartitionLog
 from tests.storage.test_replication import (
     Workload,
@@ -70,7 +71,7 @@ def test_batches_that_fit_go_in_one_write(tmp_path: Path, monkeypatch: pytest.Mo
     Workload(leader).run()
     runs = counting_runs(follower, monkeypatch)
     data = bytes(leader.read(0, 1 << 20, for_follower=True).records)
-    info = follower.append_as_follower(data)
+    info = follower.append(data, origin=AppendOrigin.REPLICATION)
     assert runs == []  # markers, epochs and producers included: one write
     assert info.batches == len(list(iter_batches(data))) > 10
     assert info.records == leader.log_end_offset
@@ -89,7 +90,7 @@ def test_a_batch_that_rolls_the_segment_takes_the_run_path(
     runs = counting_runs(follower, monkeypatch)
     while follower.log_end_offset < leader.log_end_offset:
         data = bytes(leader.read(follower.log_end_offset, 1 << 20, for_follower=True).records)
-        follower.append_as_follower(data)
+        follower.append(data, origin=AppendOrigin.REPLICATION)
     assert runs  # at least one append crossed a roll
     assert_same_replica(follower, leader)
 
@@ -105,7 +106,7 @@ def test_a_segment_rolled_by_time_rolls_on_the_follower(tmp_path: Path) -> None:
         append(leader, [b"v%d" % i], timestamp=T0 + 600 * i)
     assert len(leader.segments) > 2
     data = b"".join(bytes(s.read_batches(s.base_offset, 1 << 20)[0]) for s in leader.segments)
-    follower.append_as_follower(data)
+    follower.append(data, origin=AppendOrigin.REPLICATION)
     assert_same_replica(follower, leader)
     assert [s.base_offset for s in follower.segments] == [s.base_offset for s in leader.segments]
 
@@ -119,6 +120,6 @@ def test_a_bad_crc_anywhere_writes_nothing(tmp_path: Path) -> None:
     last_pos, last = list(iter_batches(data))[-1]
     data[last_pos + last.size - 1] ^= 0xFF
     with pytest.raises(CorruptMessage):
-        follower.append_as_follower(data)
+        follower.append(data, origin=AppendOrigin.REPLICATION)
     assert follower.log_end_offset == 0 and follower.segments[0].size == 0
     assert follower.leader_epoch_cache.entries == []

@@ -14,6 +14,7 @@ from oncelog.errors import CorruptMessage, InvalidRecord, OffsetOutOfRange
 from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, build_batch, iter_batches
 from oncelog.protocol.records.record import encode_record
 from oncelog.storage.leader_epoch_cache import CHECKPOINT_FILE, EpochEntry
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import PartitionLog, UnexpectedAppendOffset
 from oncelog.storage.replication_checkpoint import REPLICATION_CHECKPOINT_FILE, read_offsets
@@ -86,7 +87,7 @@ class Workload:
         self.last_batch[pid] = batch
 
     def end(self, pid: int, epoch: int, *, commit: bool) -> None:
-        self.leader.append_marker(pid, 0, 1, commit, epoch)
+        self.leader.append(EndTxnMarker(pid, 0, 1, commit), epoch, AppendOrigin.COORDINATOR)
 
     def run(self, epochs: tuple[int, ...] = (0, 2, 5)) -> None:
         for epoch in epochs:
@@ -117,7 +118,7 @@ def catch_up(
         )
         if cut and rng.random() < 0.5:
             data = data[: rng.randrange(len(data) + 1)]
-        info = follower.append_as_follower(data)
+        info = follower.append(data, origin=AppendOrigin.REPLICATION)
         if info.batches:
             assert info.first_offset >= 0 and info.last_offset == follower.log_end_offset - 1
             assert info.valid_bytes <= len(data)
@@ -179,8 +180,8 @@ def test_follower_ends_byte_identical_with_equal_state(
         b = leader.read(offset, 1 << 20, read_committed=True)
         assert bytes(a.records) == bytes(b.records) and a.aborted == b.aborted
     # The follower, now leader, goes on from the same state.
-    follower.append_marker(4, 0, 1, True, 6)
-    leader.append_marker(4, 0, 1, True, 6)
+    follower.append(EndTxnMarker(4, 0, 1, True), 6, AppendOrigin.COORDINATOR)
+    leader.append(EndTxnMarker(4, 0, 1, True), 6, AppendOrigin.COORDINATOR)
     assert_same_replica(follower, leader)
 
 
@@ -206,10 +207,10 @@ def test_a_partial_batch_alone_stores_nothing(tmp_path: Path, clock: ManualClock
     data = bytes(leader.read(0, 1 << 20, for_follower=True).records)
     first_size = next(iter(iter_batches(data)))[1].size
     for cut in (0, 1, 11, 12, 60, 61, first_size - 1):
-        info = follower.append_as_follower(data[:cut])
+        info = follower.append(data[:cut], origin=AppendOrigin.REPLICATION)
         assert info.batches == 0 and info.first_offset == -1 and info.valid_bytes == 0
     assert follower.log_end_offset == 0 and follower.active.size == 0
-    info = follower.append_as_follower(data[: first_size + 5])
+    info = follower.append(data[: first_size + 5], origin=AppendOrigin.REPLICATION)
     assert (info.first_offset, info.batches, info.valid_bytes) == (0, 1, first_size)
 
 
@@ -226,12 +227,12 @@ def test_a_corrupt_batch_writes_nothing(tmp_path: Path, clock: ManualClock) -> N
     damaged = bytearray(data)
     damaged[positions[3] + 70] ^= 0xFF  # a record byte of the fourth batch
     with pytest.raises(CorruptMessage, match="CRC"):
-        follower.append_as_follower(bytes(damaged))
+        follower.append(bytes(damaged), origin=AppendOrigin.REPLICATION)
     assert follower.log_end_offset == 0 and follower.active.size == 0
     assert follower.leader_epoch_cache.entries == []
     garbage = bytearray(data[: positions[2]]) + bytes(8) + (5).to_bytes(4, "big") + bytes(60)
     with pytest.raises(CorruptMessage, match="length"):
-        follower.append_as_follower(bytes(garbage))
+        follower.append(bytes(garbage), origin=AppendOrigin.REPLICATION)
     assert follower.log_end_offset == 0 and not follower.producer_state.producers
 
 
@@ -239,17 +240,17 @@ def test_offsets_must_go_up_and_start_at_the_log_end(tmp_path: Path, clock: Manu
     _, follower, data = _one_batch_log(tmp_path, clock)
     batches = list(iter_batches(data))
     (p0, h0), (p1, h1) = batches[0], batches[1]
-    follower.append_as_follower(data[p0 : p0 + h0.size])
+    follower.append(data[p0 : p0 + h0.size], origin=AppendOrigin.REPLICATION)
     with pytest.raises(UnexpectedAppendOffset) as raised:
-        follower.append_as_follower(data)  # starts at 0, below the log end 1
+        follower.append(data, origin=AppendOrigin.REPLICATION)  # starts at 0, below the log end 1
     assert isinstance(raised.value, OffsetOutOfRange)
     assert raised.value.first_offset == 0
     assert follower.log_end_offset == h0.next_offset
     swapped = data[p1 : p1 + h1.size] + data[p0 : p0 + h0.size]
     with pytest.raises(InvalidRecord, match="out of order"):
-        follower.append_as_follower(swapped)
+        follower.append(swapped, origin=AppendOrigin.REPLICATION)
     assert follower.log_end_offset == h0.next_offset
-    follower.append_as_follower(data[p1:])
+    follower.append(data[p1:], origin=AppendOrigin.REPLICATION)
     assert read_all(follower) == data
 
 
@@ -258,7 +259,7 @@ def test_gaps_left_by_the_cleaner_are_accepted(tmp_path: Path, clock: ManualCloc
     batches = list(iter_batches(data))
     kept = [batches[0], batches[2], batches[5]]
     sparse = b"".join(data[p : p + h.size] for p, h in kept)
-    info = follower.append_as_follower(sparse)
+    info = follower.append(sparse, origin=AppendOrigin.REPLICATION)
     assert (info.first_offset, info.last_offset) == (0, batches[5][1].last_offset)
     assert read_all(follower) == sparse
     assert follower.producer_state.map_end_offset == follower.log_end_offset
@@ -271,11 +272,13 @@ def test_a_roll_before_a_gap_starts_the_segment_at_the_next_batch(
     follower = open_at(tmp_path / "small", clock, LogConfig(segment_bytes=60))  # a batch each
     batches = list(iter_batches(data))
     kept = [batches[0], batches[2], batches[5]]
-    info = follower.append_as_follower(b"".join(data[p : p + h.size] for p, h in kept))
+    info = follower.append(
+        b"".join(data[p : p + h.size] for p, h in kept), origin=AppendOrigin.REPLICATION
+    )
     assert info.batches == 3
     assert [s.base_offset for s in follower.segments] == [h.base_offset for _, h in kept]
     rest = data[batches[7][0] :]
-    follower.append_as_follower(rest)
+    follower.append(rest, origin=AppendOrigin.REPLICATION)
     assert read_all(follower, batches[7][1].base_offset) == rest
     assert follower.segments[3].base_offset == batches[7][1].base_offset
     assert follower.leader_epoch_cache.entries == leader.leader_epoch_cache.entries
@@ -379,9 +382,9 @@ def test_a_fetch_from_a_log_start_inside_a_batch(tmp_path: Path, clock: ManualCl
     follower.truncate_fully_and_start_at(leader.log_start_offset)
     data = bytes(leader.read(follower.log_end_offset, 1 << 20, for_follower=True).records)
     with pytest.raises(UnexpectedAppendOffset) as raised:
-        follower.append_as_follower(data)
+        follower.append(data, origin=AppendOrigin.REPLICATION)
     follower.truncate_fully_and_start_at(raised.value.first_offset)
-    follower.append_as_follower(data)
+    follower.append(data, origin=AppendOrigin.REPLICATION)
     assert follower.log_end_offset == leader.log_end_offset
 
 
@@ -434,7 +437,7 @@ def test_lso_is_bounded_by_the_high_watermark(tmp_path: Path, clock: ManualClock
     plog = open_at(tmp_path, clock)
     plog.enable_replication(0)
     plog.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)
-    marker = plog.append_marker(7, 0, 1, True, 0).base_offset
+    marker = plog.append(EndTxnMarker(7, 0, 1, True), 0, AppendOrigin.COORDINATOR).base_offset
     assert plog.last_stable_offset == 0
     # The data is below the high watermark, the COMMIT is not: still undecided to a
     # read_committed reader (Kafka's unreplicated transactions).
@@ -454,8 +457,8 @@ def test_a_transaction_is_undecided_until_its_marker_is_below_the_high_watermark
     plog.enable_replication(0)
     plog.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)  # 0-1
     plog.append(validated(producer_batch(8, 0, 0, transactional=True)), 0)  # 2-3
-    abort = plog.append_marker(8, 0, 1, False, 0).base_offset  # 4
-    commit = plog.append_marker(7, 0, 1, True, 0).base_offset  # 5
+    abort = plog.append(EndTxnMarker(8, 0, 1, False), 0, AppendOrigin.COORDINATOR).base_offset  # 4
+    commit = plog.append(EndTxnMarker(7, 0, 1, True), 0, AppendOrigin.COORDINATOR).base_offset  # 5
     plog.update_high_watermark(abort)
     assert plog.last_stable_offset == 0
     plog.update_high_watermark(abort + 1)  # the ABORT is replicated, the COMMIT is not
@@ -473,7 +476,7 @@ def test_transactions_passed_by_the_high_watermark_are_forgotten_as_new_ones_end
     plog.enable_replication(0)
     for i in range(50):
         plog.append(validated(producer_batch(7, 0, 2 * i, transactional=True)), 0)
-        plog.append_marker(7, 0, 1, True, 0)
+        plog.append(EndTxnMarker(7, 0, 1, True), 0, AppendOrigin.COORDINATOR)
         plog.update_high_watermark(plog.log_end_offset)
     assert len(plog.producer_state._unreplicated) == 1  # the last one, noted before its HW
 
@@ -484,7 +487,7 @@ def test_a_single_node_log_decides_a_transaction_with_its_marker(
     plog = open_at(tmp_path, clock)
     plog.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)
     assert plog.last_stable_offset == 0
-    plog.append_marker(7, 0, 1, True, 0)
+    plog.append(EndTxnMarker(7, 0, 1, True), 0, AppendOrigin.COORDINATOR)
     assert plog.last_stable_offset == plog.log_end_offset
 
 
@@ -497,9 +500,11 @@ def test_a_follower_and_a_replay_keep_an_unreplicated_marker_undecided(
     leader = open_at(tmp_path / "leader", clock)
     leader.enable_replication(0)
     leader.append(validated(producer_batch(7, 0, 0, transactional=True)), 0)
-    marker = leader.append_marker(7, 0, 1, True, 0).base_offset
+    marker = leader.append(EndTxnMarker(7, 0, 1, True), 0, AppendOrigin.COORDINATOR).base_offset
     follower = open_at(tmp_path / "follower", clock, replicated=True, high_watermark=0)
-    follower.append_as_follower(bytes(leader.read(0, 1 << 20, for_follower=True).records))
+    follower.append(
+        bytes(leader.read(0, 1 << 20, for_follower=True).records), origin=AppendOrigin.REPLICATION
+    )
     follower.update_high_watermark(marker)
     assert follower.last_stable_offset == 0
     follower.close(flush=False)  # as a crash: no snapshot at the end
@@ -666,7 +671,7 @@ def test_a_gap_beyond_the_index_range_of_an_empty_segment(
     far = 3 * 2**31
     batch = bytearray(make_batch([b"a", b"b"]))
     batch[0:8] = far.to_bytes(8, "big")
-    follower.append_as_follower(bytes(batch))
+    follower.append(bytes(batch), origin=AppendOrigin.REPLICATION)
     assert [s.base_offset for s in follower.segments] == [far]
     assert follower.log_end_offset == far + 2
     assert bytes(follower.read(far, 1 << 20).records) == bytes(batch)

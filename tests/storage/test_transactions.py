@@ -15,6 +15,7 @@ from oncelog.errors import (
 from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG, build_batch, iter_batches
 from oncelog.protocol.records.control import parse_marker
 from oncelog.protocol.records.record import encode_record
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.storage.txn_index import AbortedTxn
 from tests.storage.util import T0, append, open_log, validated
@@ -63,7 +64,7 @@ def test_open_transaction_holds_back_the_lso(tmp_path: Path) -> None:
 def test_commit_releases_the_lso(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     produce(plog, 7, 0, 0)
-    info = plog.append_marker(7, 0, coordinator_epoch=3, commit=True, leader_epoch=0)
+    info = plog.append(EndTxnMarker(7, 0, 3, True), 0, AppendOrigin.COORDINATOR)
     assert info.base_offset == 2
     assert plog.last_stable_offset == plog.high_watermark == 3
     batches, aborted = committed_view(plog)
@@ -77,9 +78,9 @@ def test_abort_is_indexed_and_returned_to_read_committed(tmp_path: Path) -> None
     produce(plog, 7, 0, 0)  # 0-1
     produce(plog, 8, 0, 0)  # 2-3
     assert plog.last_stable_offset == 0
-    plog.append_marker(7, 0, 0, commit=False, leader_epoch=0)  # 4
+    plog.append(EndTxnMarker(7, 0, 0, False), 0, AppendOrigin.COORDINATOR)  # 4
     assert plog.last_stable_offset == 2  # producer 8 still open
-    plog.append_marker(8, 0, 0, commit=True, leader_epoch=0)  # 5
+    plog.append(EndTxnMarker(8, 0, 0, True), 0, AppendOrigin.COORDINATOR)  # 5
     assert plog.last_stable_offset == 6
     batches, aborted = committed_view(plog)
     assert batches == [0, 2, 4, 5]
@@ -93,13 +94,13 @@ def test_fencing_of_markers_and_writes(tmp_path: Path) -> None:
     plog = open_log(tmp_path)
     produce(plog, 7, 1, 0)
     with pytest.raises(ProducerFenced):
-        plog.append_marker(7, 0, 0, commit=True, leader_epoch=0)
-    plog.append_marker(7, 1, 5, commit=False, leader_epoch=0)
+        plog.append(EndTxnMarker(7, 0, 0, True), 0, AppendOrigin.COORDINATOR)
+    plog.append(EndTxnMarker(7, 1, 5, False), 0, AppendOrigin.COORDINATOR)
     with pytest.raises(TransactionCoordinatorFenced):
-        plog.append_marker(7, 1, 4, commit=True, leader_epoch=0)
+        plog.append(EndTxnMarker(7, 1, 4, True), 0, AppendOrigin.COORDINATOR)
     # a timeout abort bumps the epoch: the zombie's old epoch is then refused
     produce(plog, 7, 1, 2)
-    plog.append_marker(7, 2, 5, commit=False, leader_epoch=0)
+    plog.append(EndTxnMarker(7, 2, 5, False), 0, AppendOrigin.COORDINATOR)
     with pytest.raises(InvalidProducerEpoch):
         produce(plog, 7, 1, 4)
     end = plog.log_end_offset
@@ -119,7 +120,7 @@ def test_plain_write_inside_an_open_transaction_is_refused(tmp_path: Path) -> No
 def test_transactions_survive_restart(tmp_path: Path, clean: bool, lose_txn_index: bool) -> None:
     plog = open_log(tmp_path)
     produce(plog, 7, 0, 0)  # 0-1
-    plog.append_marker(7, 0, 0, commit=False, leader_epoch=0)  # 2
+    plog.append(EndTxnMarker(7, 0, 0, False), 0, AppendOrigin.COORDINATOR)  # 2
     produce(plog, 8, 0, 0)  # 3-4, left open
     plog.close(flush=clean)
     if lose_txn_index:
@@ -129,7 +130,7 @@ def test_transactions_survive_restart(tmp_path: Path, clean: bool, lose_txn_inde
     plog = open_log(tmp_path, clean=clean)
     assert plog.last_stable_offset == 3
     assert plog.producer_state.ongoing_transactions() == {8: 3}
-    plog.append_marker(8, 0, 0, commit=True, leader_epoch=0)  # 5
+    plog.append(EndTxnMarker(8, 0, 0, True), 0, AppendOrigin.COORDINATOR)  # 5
     batches, aborted = committed_view(plog)
     assert batches == [0, 2, 3, 5]
     assert [(t.producer_id, t.first_offset, t.last_offset) for t in aborted] == [(7, 0, 2)]

@@ -10,6 +10,7 @@ from oncelog.config import LogConfig
 from oncelog.protocol.records.batch import build_batch, iter_batches
 from oncelog.protocol.records.compression import Codec, compress
 from oncelog.protocol.records.record import encode_record
+from oncelog.storage.local_log import LogHooks
 from oncelog.storage.partition_log import AppendInfo, PartitionLog
 from oncelog.storage.validator import ValidatedRecords, validate_produce_records
 from oncelog.types import TopicPartition
@@ -70,6 +71,7 @@ def open_log(
     clean: bool = True,
     recovery_point: int = 0,
     log_start_offset: int = 0,
+    hooks: LogHooks | None = None,
 ) -> PartitionLog:
     """Load (or create) the log of TP under `root`."""
     return PartitionLog.load(
@@ -80,6 +82,7 @@ def open_log(
         clean=clean,
         recovery_point=recovery_point,
         log_start_offset=log_start_offset,
+        hooks=hooks,
     )
 
 

@@ -37,6 +37,7 @@ from oncelog.protocol.fast_fetch import (
 )
 from oncelog.protocol.registry import ApiKey
 from oncelog.replication.fetch_session_handler import FetchSessionHandler
+from oncelog.storage.log_info import AppendOrigin
 from oncelog.types import TopicPartition
 from tests.unit.metrics_broker import Broker, batch
 
@@ -76,7 +77,7 @@ def append(broker: Broker, tp: TopicPartition, n: int = 1) -> None:
     for _ in range(n):
         data = bytearray(batch([b"v"]))
         data[0:8] = plog.log_end_offset.to_bytes(8, "big")
-        plog.append_as_stored(bytes(data))
+        plog.append(bytes(data), origin=AppendOrigin.REPLICATION)
     broker.replicas.notify_appended([tp])
 
 

@@ -17,6 +17,7 @@ from oncelog.broker.partition import Change, ReplicaView
 from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import ApiKey
+from oncelog.storage.log_info import AppendOrigin
 from oncelog.types import TopicPartition
 from tests.unit.metrics_broker import FETCH_V, Broker, batch
 
@@ -54,7 +55,7 @@ def answer(broker: Broker, pending: Pending, response: Any) -> Any:
 def append(broker: Broker, n: int = 1) -> None:
     for _ in range(n):
         plog = broker.replicas.partition(TP)
-        plog.append_as_stored(_stored(plog.log_end_offset))
+        plog.append(_stored(plog.log_end_offset), origin=AppendOrigin.REPLICATION)
 
 
 def _stored(offset: int) -> bytes:

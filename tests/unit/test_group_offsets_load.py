@@ -29,6 +29,7 @@ from oncelog.coordinator.group.records import OffsetValue, TxnEnd, decode_entrie
 from oncelog.coordinator.txn import Marker
 from oncelog.protocol.records.batch import iter_batches, span_batches
 from oncelog.storage.cleaner import CleanerSettings, LogCleaner
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker
 from oncelog.storage.partition_log import PartitionLog
 from oncelog.types import TopicPartition
 from tests.unit.metrics_broker import Broker
@@ -120,7 +121,11 @@ class Writer:
             pid, commit, bump = op[1:]
             if bump and not commit:
                 self.epochs[pid] += 1
-            self.plog.append_marker(pid, self.epochs[pid], 0, commit, leader_epoch)
+            self.plog.append(
+                EndTxnMarker(pid, self.epochs[pid], 0, commit),
+                leader_epoch,
+                AppendOrigin.COORDINATOR,
+            )
             self.runtime.on_marker(Marker(OFFSETS, pid, self.epochs[pid], commit, 0))
             self.open.discard(pid)
         elif op[0] == "plain":
@@ -164,7 +169,7 @@ def test_a_new_leader_loads_the_offsets_the_old_one_served(tmp_path: Path, seed:
         pos = 0
         while pos < len(data):
             end = rnd.choice([e for e in ends if e > pos][:4])
-            replica.append_as_follower(data[pos:end])
+            replica.append(data[pos:end], origin=AppendOrigin.REPLICATION)
             pos = end
             if rnd.random() < 0.2:
                 replica = restart(tmp_path / "follower", replica, rnd)
@@ -197,13 +202,13 @@ def test_a_follower_that_diverged_loads_the_new_leaders_offsets(tmp_path: Path, 
         replica = follower(root, old.plog)
         diverged = stored(old.plog)
         ends = [0] + [pos + header.size for pos, header in iter_batches(diverged)]
-        replica.append_as_follower(diverged[: rnd.choice(ends)])
+        replica.append(diverged[: rnd.choice(ends)], origin=AppendOrigin.REPLICATION)
         if rnd.random() < 0.3:
             replica = restart(root, replica, rnd)
         replica.truncate_to(min(prefix_end, replica.log_end_offset))
         if rnd.random() < 0.3:
             replica = restart(root, replica, rnd)
-        replica.append_as_follower(stored(new.plog, replica.log_end_offset))
+        replica.append(stored(new.plog, replica.log_end_offset), origin=AppendOrigin.REPLICATION)
         assert loaded(replica) == new.served()
         replica.close()
     finally:

@@ -13,6 +13,7 @@ from oncelog.broker.partition import ReplicaView
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.replication.follower import FollowerPhase
 from oncelog.server.replica_fetcher import SWEEP_MS, _Link
+from oncelog.storage.log_info import AppendOrigin
 from oncelog.types import TopicPartition
 from tests.unit.metrics_broker import batch, clustered_replicas
 
@@ -60,7 +61,7 @@ def test_a_moved_partition_is_seen_when_marked_or_at_the_sweep(replicas: Replica
     take_changed(link)
     for tp in TPS[:2]:
         data = bytearray(batch([b"v"]))
-        replicas.partition(tp).append_as_follower(bytes(data))
+        replicas.partition(tp).append(bytes(data), origin=AppendOrigin.REPLICATION)
     link.dirty.add(TPS[0])  # what an answer that carried it does
     link.refresh(replicas.replicas_by_tp, LEADER, 500)
     assert take_changed(link) == {TPS[0]} and link.positions[TPS[0]] == (0, 1, 0)

@@ -8,63 +8,58 @@ from __future__ import annotations
 import errno
 import uuid
 from pathlib import Path
-from types import SimpleNamespace
-from typing import Any
 
 import pytest
 
 from oncelog.broker.dispatcher import Reply
-from oncelog.broker.handlers import write_txn_markers
 from oncelog.broker.partition import ReplicaView
+from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import ApiKey
 from oncelog.types import TopicPartition
 from tests.storage.test_transactions import produce, txn_batch
-from tests.storage.util import open_log, validated
+from tests.storage.util import validated
 from tests.unit.metrics_broker import Broker
 
 
 def test_a_marker_the_disk_refuses_is_a_storage_error_for_that_partition_only(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logs = {TopicPartition("t", p): open_log(tmp_path / f"t-{p}") for p in (0, 1)}
-    for plog in logs.values():
-        produce(plog, 7, 0, 0)  # producer 7's transaction open on both partitions
+    broker = Broker(tmp_path)
+    try:
+        broker.create_topic("t", partitions=2)
+        logs = {p: broker.replicas.partition(TopicPartition("t", p)) for p in (0, 1)}
+        for plog in logs.values():
+            produce(plog, 7, 0, 0)  # producer 7's transaction open on both partitions
 
-    def full(*args: object) -> None:
-        raise OSError(errno.ENOSPC, "No space left on device")
+        def full(*args: object) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(logs[TopicPartition("t", 0)].active.txn_index, "append", full)
-    woken: list[Any] = []
-    decided: list[Any] = []
-    replicas = SimpleNamespace(
-        logs=logs, notify_appended=woken.extend, leader_epoch=lambda tp: 0, clustered=False
-    )
-    ctx: Any = SimpleNamespace(
-        broker=SimpleNamespace(replicas=replicas, groups=SimpleNamespace(on_marker=decided.append))
-    )
-    request = SimpleNamespace(
-        markers=[
-            SimpleNamespace(
-                producer_id=7,
-                producer_epoch=0,
-                coordinator_epoch=0,
-                transaction_result=False,  # ABORT: needs the .txnindex entry
-                topics=[SimpleNamespace(name="t", partition_indexes=[0, 1])],
-            )
-        ]
-    )
-    answer = write_txn_markers.handle(ctx, request)
-    codes = {
-        p["partition_index"]: p["error_code"]
-        for p in answer["markers"][0]["topics"][0]["partitions"]
-    }
-    assert codes == {0: ErrorCode.kafka_storage_error, 1: ErrorCode.none}
-    assert woken == [TopicPartition("t", 1)] and len(decided) == 1
-    assert logs[TopicPartition("t", 0)].last_stable_offset == 0  # still open: retried later
-    assert logs[TopicPartition("t", 1)].last_stable_offset == 3
-    for plog in logs.values():
-        plog.close()
+        monkeypatch.setattr(logs[0].active.txn_index, "append", full)
+        decided: list[Marker] = []
+        broker.txns.on_offsets_marker = decided.append
+        answer = broker.call(
+            ApiKey.WRITE_TXN_MARKERS,
+            1,
+            {
+                "markers": [
+                    {
+                        "producer_id": 7,
+                        "producer_epoch": 0,
+                        "transaction_result": False,  # ABORT: needs the .txnindex entry
+                        "topics": [{"name": "t", "partition_indexes": [0, 1]}],
+                        "coordinator_epoch": 0,
+                    }
+                ]
+            },
+        )
+        codes = {p.partition_index: p.error_code for p in answer.markers[0].topics[0].partitions}
+        assert codes == {0: ErrorCode.kafka_storage_error, 1: ErrorCode.none}
+        assert [m.tp for m in decided] == [TopicPartition("t", 1)]
+        assert logs[0].last_stable_offset == 0  # still open: retried later
+        assert logs[1].last_stable_offset == 3
+    finally:
+        broker.close()
 
 
 def test_a_marker_on_a_partition_led_alone_commits_at_once(tmp_path: Path) -> None:

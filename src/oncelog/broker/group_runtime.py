@@ -31,6 +31,7 @@ from oncelog.coordinator.group.records import (
 )
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode, KafkaError
+from oncelog.storage.log_info import AppendOrigin
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -287,7 +288,7 @@ class GroupRuntime:
         for (p, producer_id, epoch), batch in batches.items():
             tp = TopicPartition(OFFSETS_TOPIC, p)
             data = encode_batch(batch, now, producer_id, epoch)
-            self.replicas.append(tp, data, coordinator=True)
+            self.replicas.append(tp, data, AppendOrigin.COORDINATOR)
             appended.append(tp)
             for record in batch:
                 self.coordinator.replay(record)

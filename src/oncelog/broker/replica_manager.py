@@ -14,6 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Literal, cast, overload
 
 from oncelog.broker.partition import Change, Partition, ReplicaView, Role
 from oncelog.broker.replication_quota import (
@@ -44,10 +45,12 @@ from oncelog.metadata.image import MetadataImage, TopicImage
 from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager, ProducerIdPool
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import HEADER_SIZE, TRANSACTIONAL_FLAG, parse_header
+from oncelog.replication.follower import follower_high_watermark
 from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanSwap, LogCleaner
+from oncelog.storage.log_info import AppendOrigin, EndTxnMarker, FollowerAppendInfo
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSettings, ReadResult
-from oncelog.storage.validator import validate_produce_records
+from oncelog.storage.validator import ValidatedRecords, validate_produce_records
 from oncelog.types import TopicPartition
 
 #: `tuple.__new__(ReadResult, values)`: the NamedTuple without its Python-level `__new__`,
@@ -335,39 +338,116 @@ class ReplicaManager:
             raise UnknownTopicOrPartition(f"This server does not host {tp}")
         return plog
 
+    @overload
     def append(
         self,
         tp: TopicPartition,
         records: bytes | memoryview,
+        origin: Literal[AppendOrigin.CLIENT, AppendOrigin.COORDINATOR] = AppendOrigin.CLIENT,
         *,
-        coordinator: bool = False,
         acks_all: bool = False,
         verified: Collection[tuple[int, int, TopicPartition]] = (),
-    ) -> AppendInfo:
-        """Validate and append one partition's produce data; all or nothing.
+    ) -> AppendInfo: ...
 
-        `coordinator`: the writer is a coordinator of this broker (Kafka's coordinator
-        origin), which verified the producer itself: no KIP-890 check, no sequence rules,
-        and several batches are allowed (a client's data must be one batch).
-        `acks_all`: a client's acks=all, refused (NOT_ENOUGH_REPLICAS, nothing written) while
-        the ISR is smaller than min.insync.replicas, as a coordinator's writes always are
-        (Kafka's `Partition.appendRecordsToLeader`).
+    @overload
+    def append(
+        self, tp: TopicPartition, records: EndTxnMarker, origin: Literal[AppendOrigin.COORDINATOR]
+    ) -> AppendInfo: ...
+
+    @overload
+    def append(
+        self,
+        tp: TopicPartition,
+        records: bytes | bytearray | memoryview,
+        origin: Literal[AppendOrigin.REPLICATION],
+    ) -> FollowerAppendInfo: ...
+
+    def append(
+        self,
+        tp: TopicPartition,
+        records: bytes | bytearray | memoryview | EndTxnMarker,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+        *,
+        acks_all: bool = False,
+        verified: Collection[tuple[int, int, TopicPartition]] = (),
+    ) -> AppendInfo | FollowerAppendInfo:
+        """Every write to a partition of this broker (Kafka's `appendRecords` with its
+        `AppendOrigin`); all or nothing. What follows a write happens here, once: the
+        metrics, the leader's high watermark, and a coordinator write's place in the
+        request's `coordinator_writes`. Waiting fetches are woken by the caller
+        (`notify_appended`), once for all the partitions of its request.
+
+        CLIENT: a producer's one batch, checked for KIP-890 verification (unless in
+        `verified`), sequence and epoch. COORDINATOR: a coordinator's records (several
+        batches, no sequence rules) or an `EndTxnMarker`. REPLICATION: a follower storing
+        the leader's batches as they are. `acks_all`: a client's acks=all, refused
+        (NOT_ENOUGH_REPLICAS, nothing written) while the ISR is smaller than
+        min.insync.replicas, as a coordinator's records always are (Kafka's
+        `Partition.appendRecordsToLeader`).
         """
         plog = self.partition(tp)
+        if origin is AppendOrigin.REPLICATION:
+            assert not isinstance(records, EndTxnMarker)
+            return self._append_replicated(tp, plog, records)
+        coordinator = origin is AppendOrigin.COORDINATOR
         leader_epoch = LEADER_EPOCH
-        if self.clustered:
-            leader = self.cluster_partition(tp).check_leader()
-            leader_epoch = leader.leader_epoch
-            if (coordinator or acks_all) and leader.under_min_isr(plog.config.min_insync_replicas):
+        if isinstance(records, EndTxnMarker):
+            assert coordinator
+            leader_epoch = self.leader_epoch(tp)
+            info = self._stored(tp, plog.append, records, leader_epoch, origin)
+        else:
+            if self.clustered:
+                leader = self.cluster_partition(tp).check_leader()
+                leader_epoch = leader.leader_epoch
+                if (coordinator or acks_all) and leader.under_min_isr(
+                    plog.config.min_insync_replicas
+                ):
+                    raise NotEnoughReplicas(
+                        f"{tp}: ISR {sorted(leader.isr)} is smaller than min.insync.replicas "
+                        f"{plog.config.min_insync_replicas}"
+                    )
+            elif acks_all and plog.config.min_insync_replicas > 1:  # the ISR is this broker
                 raise NotEnoughReplicas(
-                    f"{tp}: ISR {sorted(leader.isr)} is smaller than min.insync.replicas "
+                    f"{tp}: ISR [{self.config.node_id}] is smaller than min.insync.replicas "
                     f"{plog.config.min_insync_replicas}"
                 )
-        elif acks_all and plog.config.min_insync_replicas > 1:  # the ISR is this broker
-            raise NotEnoughReplicas(
-                f"{tp}: ISR [{self.config.node_id}] is smaller than min.insync.replicas "
-                f"{plog.config.min_insync_replicas}"
-            )
+            data = cast("bytes | memoryview", records)  # the overloads: no bytearray here
+            validated = self._validated(plog, data, coordinator, verified)
+            info = self._stored(tp, plog.append, validated, leader_epoch, origin)
+            if not info.duplicate:
+                self.appended(tp.topic, len(records), validated.record_count)
+        if self.clustered:
+            self.leader_appended(tp)
+            if coordinator:
+                self.coordinator_writes.append((tp, info.last_offset + 1, leader_epoch))
+        return info
+
+    @staticmethod
+    def _stored(
+        tp: TopicPartition,
+        write: Callable[[ValidatedRecords | EndTxnMarker, int, AppendOrigin], AppendInfo],
+        records: ValidatedRecords | EndTxnMarker,
+        leader_epoch: int,
+        origin: AppendOrigin,
+    ) -> AppendInfo:
+        """The log's write; a disk's refusal is KAFKA_STORAGE_ERROR (the log took it back)."""
+        try:
+            return write(records, leader_epoch, origin)
+        except OSError as exc:
+            log.error("%s: append failed: %s", tp, exc)
+            raise KafkaStorageError(f"{tp}: {exc}") from exc
+
+    def _validated(
+        self,
+        plog: PartitionLog,
+        records: bytes | memoryview,
+        coordinator: bool,
+        verified: Collection[tuple[int, int, TopicPartition]],
+    ) -> ValidatedRecords:
+        """The batches checked for a leader's append: framing, size, CRC and compression
+        (`validate_produce_records`), and each producer id issued here; a client's
+        transactional batch also verified with its coordinator (KIP-890)."""
+        tp = plog.tp
         validated = validate_produce_records(
             records,
             plog.config.max_message_bytes,
@@ -383,18 +463,31 @@ class ReplicaManager:
                 raise UnknownProducerId(
                     f"{tp}: producer id {header.producer_id} was never issued by this cluster"
                 )
-        try:
-            info = plog.append(validated, leader_epoch, check_sequence=not coordinator)
-        except OSError as exc:
-            log.error("%s: append failed: %s", tp, exc)
-            raise KafkaStorageError(f"{tp}: {exc}") from exc
-        if not info.duplicate:
-            self.appended(tp.topic, len(records), validated.record_count)
-        if self.clustered:
-            self.leader_appended(tp)
-            if coordinator:
-                self.coordinator_writes.append((tp, info.last_offset + 1, leader_epoch))
-        return info
+        return validated
+
+    def _append_replicated(
+        self, tp: TopicPartition, plog: PartitionLog, records: bytes | bytearray | memoryview
+    ) -> FollowerAppendInfo:
+        """A follower's append of what its leader sent, counted in the metrics and, when the
+        partition is throttled, in the follower's replication quota (in sync or not, as
+        Kafka counts it)."""
+        stored = plog.append(records, origin=AppendOrigin.REPLICATION)
+        self.replicated(tp.topic, stored.valid_bytes)
+        throttle = self.follower_throttle
+        if throttle.applies(tp):
+            throttle.record(stored.valid_bytes)
+        return stored
+
+    def follower_caught_up(self, tp: TopicPartition, leader_hw: int, leader_log_start: int) -> None:
+        """A follower's fetch answer was applied: its high watermark follows the leader's
+        (never past its own end), and so does its log start (DeleteRecords, retention),
+        never past its high watermark (the rest comes with later fetches)."""
+        plog = self.partition(tp)
+        plog.set_high_watermark(follower_high_watermark(leader_hw, plog.log_end_offset))
+        if leader_log_start > plog.log_start_offset:
+            start = min(leader_log_start, plog.high_watermark)
+            if start > plog.log_start_offset:
+                plog.delete_records_before(start)
 
     def _verify_transactional(self, plog: PartitionLog, producer_id: int, epoch: int) -> None:
         """KIP-890's late-produce defence: transactional data is accepted only for a

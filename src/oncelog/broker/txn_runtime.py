@@ -28,6 +28,7 @@ from oncelog.errors import (
     ProducerFenced,
     TransactionCoordinatorFenced,
 )
+from oncelog.storage.log_info import AppendInfo, AppendOrigin, EndTxnMarker
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -261,24 +262,27 @@ class TxnRuntime:
             log.warning("transaction marker for %s skipped: partition is gone", marker.tp)
             return False
         try:
-            plog.append_marker(
-                marker.producer_id,
-                marker.producer_epoch,
-                marker.coordinator_epoch,
-                marker.commit,
-                self.replicas.leader_epoch(marker.tp),
-            )
+            self.write_marker(marker)
         except (ProducerFenced, InvalidProducerEpoch, TransactionCoordinatorFenced) as exc:
             # A newer epoch already ended the transaction here: nothing left to decide.
             log.warning("transaction marker for %s not needed: %s", marker.tp, exc)
             return False
-        except (KafkaError, OSError) as exc:
+        except KafkaError as exc:
             log.error("cannot write transaction marker to %s: %s", marker.tp, exc)
             return None
-        if self.clustered:
-            self.replicas.leader_appended(marker.tp)
-        self.on_offsets_marker(marker)
         return True
+
+    def write_marker(self, marker: Marker) -> AppendInfo:
+        """Append `marker` to its partition (origin COORDINATOR) and decide the offsets a
+        TxnOffsetCommit staged under it: the one marker write, for this coordinator's own
+        markers and for WriteTxnMarkers' alike. Raises the append's KafkaError (an older
+        epoch is fenced: PRODUCER_FENCED, INVALID_PRODUCER_EPOCH)."""
+        end = EndTxnMarker(
+            marker.producer_id, marker.producer_epoch, marker.coordinator_epoch, marker.commit
+        )
+        info = self.replicas.append(marker.tp, end, AppendOrigin.COORDINATOR)
+        self.on_offsets_marker(marker)
+        return info
 
     def _persist(self, records: list[TxnRecord]) -> None:
         if not self.clustered:
@@ -290,7 +294,7 @@ class TxnRuntime:
         appended = []
         for p, batch in by_partition.items():
             tp = TopicPartition(TXN_TOPIC, p)
-            self.replicas.append(tp, encode_batch(batch, now), coordinator=True)
+            self.replicas.append(tp, encode_batch(batch, now), AppendOrigin.COORDINATOR)
             appended.append(tp)
             for record in batch:
                 self.coordinator.replay(record)

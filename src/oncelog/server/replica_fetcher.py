@@ -43,9 +43,10 @@ from oncelog.replication.fetch_session_handler import (
     FetchSessionHandler,
     Position,
 )
-from oncelog.replication.follower import FollowerPhase, follower_high_watermark, truncation_offset
+from oncelog.replication.follower import FollowerPhase, truncation_offset
 from oncelog.server.inter_broker import BrokerChannel, ChannelSecurity, PeerUnavailable
 from oncelog.server.waits import event_or_timeout
+from oncelog.storage.log_info import AppendOrigin
 from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -332,31 +333,18 @@ class ReplicaFetcher:
             else:
                 self._park(replica, code)
             return
-        plog = replica.log
+        tp = replica.tp
         records = p.records
         if records:
             try:
-                stored = plog.append_as_follower(records)
+                self.replicas.append(tp, records, AppendOrigin.REPLICATION)
             except (KafkaError, OSError) as exc:
-                log.error(
-                    "%s: cannot append what leader sent: %s; truncating again", replica.tp, exc
-                )
+                log.error("%s: cannot append what leader sent: %s; truncating again", tp, exc)
                 assert replica.follower is not None
                 follower = replica.follower
                 follower.new_leader(follower.leader_id, follower.leader_epoch)
                 return
-            self.replicas.replicated(replica.tp.topic, stored.valid_bytes)
-            throttle = self.replicas.follower_throttle
-            if throttle.applies(replica.tp):  # in sync or not, as Kafka counts it
-                throttle.record(stored.valid_bytes)
-        plog.set_high_watermark(follower_high_watermark(p.high_watermark, plog.log_end_offset))
-        # The leader's log start (DeleteRecords, retention) is the follower's too, as in
-        # Kafka's fetcher; never past our high watermark (the rest comes with later fetches).
-        start = p.log_start_offset
-        if start > plog.log_start_offset:
-            start = min(start, plog.high_watermark)
-            if start > plog.log_start_offset:
-                plog.delete_records_before(start)
+        self.replicas.follower_caught_up(tp, p.high_watermark, p.log_start_offset)
 
     def _out_of_range(self, replica: Partition, p: Any) -> None:
         """Our end is outside the leader's log: below its start (retention moved on), we start

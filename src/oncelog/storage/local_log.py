@@ -14,6 +14,7 @@ import logging
 import shutil
 import uuid
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -44,7 +45,12 @@ class SegmentShape(Protocol):
 
 class LocalLog:
     def __init__(
-        self, directory: Path, tp: TopicPartition, config: LogConfig, clock: Clock
+        self,
+        directory: Path,
+        tp: TopicPartition,
+        config: LogConfig,
+        clock: Clock,
+        hooks: LogHooks | None = None,
     ) -> None:
         self.directory = directory
         self.tp = tp
@@ -58,14 +64,7 @@ class LocalLog:
         self.last_flush_ms = clock.monotonic_ms()
         self.rolled_unflushed: list[LogSegment] = []
         """Segments rolled since the last `flush_rolled_segments`."""
-        self.flush_hook: Callable[[Callable[[], None]], None] = _run
-        """Runs each segment fsync given to it (the broker's metrics time them; storage
-        reads no clock). May be called from a worker thread."""
-        self.discard_hook: Callable[[list[Path], int], object] = _remove_now
-        """Takes the renamed files of deleted segments and the renamed directory of a deleted
-        log to remove after the given delay, the log's `file.delete.delay.ms` (at once by
-        default; the log manager's worker does it for the broker, as Kafka's scheduler does:
-        the delay leaves in-flight reads of a deleted segment their files)."""
+        self.hooks = hooks or LogHooks()
 
     # -- the segment list --------------------------------------------------------------------
 
@@ -261,12 +260,12 @@ class LocalLog:
         pending, self.rolled_unflushed = self.rolled_unflushed, []
         for segment in pending:
             with contextlib.suppress(OSError, ValueError):
-                self.flush_hook(segment.flush)
+                self.hooks.flush(segment.flush)
                 self.recovery_point = max(self.recovery_point, segment.next_offset)
 
     def flush_active(self) -> None:
         """fsync the active segment; everything is on disk (the recovery point is the end)."""
-        self.flush_hook(self.segments[-1].flush)
+        self.hooks.flush(self.segments[-1].flush)
         self.recovery_point = self.log_end_offset
         self.unflushed_messages = 0
         self.last_flush_ms = self.clock.monotonic_ms()
@@ -501,7 +500,7 @@ class LocalLog:
         return now - largest > retention_ms
 
     def discard(self, paths: list[Path]) -> None:
-        self.discard_hook(paths, self.config.file_delete_delay_ms)
+        self.hooks.discard(paths, self.config.file_delete_delay_ms)
 
     def close(self, *, release: bool = True) -> None:
         for segment in self.segments:
@@ -509,7 +508,7 @@ class LocalLog:
 
     def delete(self) -> None:
         """Close the segments and rename the directory to `<dir>.<uuid>-delete` for
-        `discard_hook` to remove (`retire_directory`)."""
+        `hooks.discard` to remove (`retire_directory`)."""
         self.close(release=False)
         retired = retire_directory(self.directory)
         if retired is not None:
@@ -567,3 +566,23 @@ def _remove_now(paths: list[Path], _delay_ms: int) -> int:
 
 def _run(flush: Callable[[], None]) -> None:
     flush()
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class LogHooks:
+    """What a partition log hands its owner (the log manager), given at construction."""
+
+    flush: Callable[[Callable[[], None]], None] = _run
+    """Runs each segment fsync given to it (the broker's metrics time them; storage reads
+    no clock). May be called from a worker thread."""
+    discard: Callable[[list[Path], int], object] = _remove_now
+    """Takes the renamed files of deleted segments and the renamed directory of a deleted
+    log to remove after the given delay, the log's `file.delete.delay.ms` (at once by
+    default; the log manager's worker does it for the broker, as Kafka's scheduler does:
+    the delay leaves in-flight reads of a deleted segment their files)."""
+    roll: Callable[[], None] = _nothing
+    """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""

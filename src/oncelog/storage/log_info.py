@@ -1,5 +1,6 @@
-"""What a partition log's appends and reads return (Kafka's LogAppendInfo, FetchDataInfo),
-the settings its producer state shares and the follower append's offset error.
+"""What a partition log's appends take and return (Kafka's AppendOrigin, LogAppendInfo) and
+its reads return (FetchDataInfo), the settings its producer state shares and the follower
+append's offset error.
 
 Named tuples where one is built per append or per read: a frozen dataclass's field-by-field
 `__init__` costs several times more.
@@ -8,6 +9,7 @@ Named tuples where one is built per append or per read: a frozen dataclass's fie
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import NamedTuple
 
 from oncelog.errors import OffsetOutOfRange
@@ -25,6 +27,31 @@ class ProducerSettings:
     tracker: ProducerTracker = field(default_factory=ProducerTracker)
 
 
+class AppendOrigin(Enum):
+    """Who writes to a partition (Kafka's AppendOrigin), which decides what is checked."""
+
+    CLIENT = "client"
+    """A producer's batches: a retry within the last five batches is answered as the
+    duplicate it is, sequence numbers must follow on, epochs are fenced."""
+    COORDINATOR = "coordinator"
+    """A coordinator of this broker: its own records (several batches, no sequence rules) or
+    a transaction marker (`EndTxnMarker`); epochs are still fenced."""
+    REPLICATION = "replication"
+    """A follower storing the leader's batches byte for byte, with the leader's offsets and
+    leader epochs: framing and CRC are checked, producer state is replayed as recovery does."""
+
+
+@dataclass(frozen=True, slots=True)
+class EndTxnMarker:
+    """A COMMIT or ABORT control batch ending a producer's transaction on one partition
+    (Kafka's EndTransactionMarker), which only a coordinator writes."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+
+
 class AppendInfo(NamedTuple):
     """What an append stored (a NamedTuple: one is made for every partition of every
     Produce)."""
@@ -37,8 +64,9 @@ class AppendInfo(NamedTuple):
 
 
 class FollowerAppendInfo(NamedTuple):
-    """What `append_as_follower` stored: offsets -1 and no batches when `data` held no
-    complete batch. A named tuple: one is made per partition of every replica fetch."""
+    """What a follower's append (origin REPLICATION) stored: offsets -1 and no batches when
+    `data` held no complete batch. A named tuple: one is made per partition of every
+    replica fetch."""
 
     first_offset: int
     last_offset: int

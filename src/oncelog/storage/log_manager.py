@@ -30,7 +30,7 @@ from pathlib import Path
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
 from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
-from oncelog.storage.local_log import remove_paths, retire_directory
+from oncelog.storage.local_log import LogHooks, remove_paths, retire_directory
 from oncelog.storage.partition_log import PartitionLog, ProducerSettings
 from oncelog.storage.recovery_checkpoint import RecoveryCheckpoint
 from oncelog.storage.replication_checkpoint import (
@@ -168,12 +168,8 @@ class LogManager:
         #: when they are due (monotonic ms), for `remove_deleted` (a worker's).
         self._deleted: list[tuple[int, Path]] = []
         self._deleted_lock = threading.Lock()
-
-    def _hook(self, plog: PartitionLog) -> None:
-        """Route a log's fsyncs, rolls and deleted files through this manager."""
-        plog.flush_hook = self._flush
-        plog.roll_hook = self._rolled
-        plog.discard_hook = self._discard
+        #: Every log's fsyncs, rolls and deleted files go through this manager.
+        self._hooks = LogHooks(self._flush, self._discard, self._rolled)
 
     def _flush(self, flush: Callable[[], None]) -> None:
         self.flush_hook(flush)
@@ -217,9 +213,9 @@ class LogManager:
                     producers=self.producers,
                     replicated=self.replication or tp in high_watermarks,
                     high_watermark=high_watermarks.get(tp),
+                    hooks=self._hooks,
                 )
                 self.logs[tp].cleaner_checkpoint = cleaned.get(tp, 0)
-                self._hook(self.logs[tp])
                 self._dir_of[tp] = log_dir
             if clean:
                 marker.unlink(missing_ok=True)
@@ -255,8 +251,8 @@ class LogManager:
             clean=True,
             producers=self.producers,
             replicated=self.replication if replicated is None else replicated,
+            hooks=self._hooks,
         )
-        self._hook(plog)
         self.logs[tp] = plog
         self._dir_of[tp] = log_dir
         return plog
@@ -278,9 +274,9 @@ class LogManager:
             producers=self.producers,
             replicated=plog.replicated,
             high_watermark=plog.high_watermark,
+            hooks=self._hooks,
         )
         fresh.cleaner_checkpoint = plog.cleaner_checkpoint
-        self._hook(fresh)
         self.logs[tp] = fresh
         return fresh
 

@@ -8,10 +8,12 @@ watermark follows the end; a replicated log (`enable_replication`, or `load(repl
 keeps it as state, moved by the replication layer (`update_high_watermark`,
 `set_high_watermark`).
 
-Appends take validated batches, rewrite their base offsets and write them in one vectored
-write (`os.writev`); a follower's appends (`append_as_follower`) store the leader's batches as
-they are. Reads return whole stored batches as bytes or a view of them. Each log keeps its
-leader epochs (`leader_epoch_cache`, file `leader-epoch-checkpoint`).
+Every write is one `append(records, leader_epoch, origin)` (`AppendOrigin`): a client's or a
+coordinator's validated batches get their base offsets rewritten and go out in one vectored
+write (`os.writev`), a coordinator's `EndTxnMarker` becomes a control batch, and a follower's
+batches (REPLICATION) are stored as the leader wrote them. Reads return whole stored batches
+as bytes or a view of them. Each log keeps its leader epochs (`leader_epoch_cache`, file
+`leader-epoch-checkpoint`).
 
 The segments themselves (list, roll, reads, truncation, deletion, fsyncs) are `LocalLog`'s
 (`local_log.py`); opening from disk is `log_loader.py`'s, the periodic checkpoint
@@ -21,8 +23,8 @@ The segments themselves (list, roll, reads, truncation, deletion, fsyncs) are `L
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
+from typing import Literal, overload
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
@@ -34,7 +36,6 @@ from oncelog.producer_state.manager import ProducerStateManager
 from oncelog.protocol.records.batch import (
     HEADER_SIZE,
     BatchHeader,
-    iter_batches,
     parse_header,
     rewrite_offsets,
     set_log_append_time,
@@ -43,9 +44,11 @@ from oncelog.protocol.records.batch import (
 from oncelog.protocol.records.control import build_marker
 from oncelog.storage import log_loader, recovery_checkpoint
 from oncelog.storage.leader_epoch_cache import LeaderEpochCache
-from oncelog.storage.local_log import LocalLog
+from oncelog.storage.local_log import LocalLog, LogHooks
 from oncelog.storage.log_info import (
     AppendInfo,
+    AppendOrigin,
+    EndTxnMarker,
     FollowerAppendInfo,
     ProducerSettings,
     ReadResult,
@@ -61,6 +64,8 @@ from oncelog.types import TopicPartition
 
 __all__ = [
     "AppendInfo",
+    "AppendOrigin",
+    "EndTxnMarker",
     "PartitionLog",
     "ProducerSettings",
     "ReadResult",
@@ -85,11 +90,12 @@ class PartitionLog:
         config: LogConfig,
         clock: Clock,
         producers: ProducerSettings | None = None,
+        hooks: LogHooks | None = None,
     ) -> None:
         self.directory = directory
         self.tp = tp
         self.clock = clock
-        self.local = LocalLog(directory, tp, config, clock)
+        self.local = LocalLog(directory, tp, config, clock, hooks)
         self.log_start_offset = 0
         self._roll_snapshots: list[RecoveryCheckpoint] = []
         """Producer state noted at each roll, for `flush_rolled` to write as a snapshot."""
@@ -111,8 +117,6 @@ class PartitionLog:
         self._replicated = False
         self._high_watermark = 0
         """The stored high watermark; used only when `_replicated`."""
-        self.roll_hook: Callable[[], None] = _no_roll_hook
-        """Called after each roll: the roll's snapshot and fsync wait for `flush_rolled`."""
 
     # -- loading (log_loader.py) -------------------------------------------------------------
 
@@ -130,6 +134,7 @@ class PartitionLog:
         producers: ProducerSettings | None = None,
         replicated: bool = False,
         high_watermark: int | None = None,
+        hooks: LogHooks | None = None,
     ) -> PartitionLog:
         """Open a partition directory; after an unclean stop, recover what follows the
         recovery point (truncating torn or garbled tails and rebuilding indexes).
@@ -138,7 +143,7 @@ class PartitionLog:
         `replication-offset-checkpoint`) clamped to [log start, log end]; the log start when
         None, as Kafka does for a partition missing from the checkpoint."""
         directory.mkdir(parents=True, exist_ok=True)
-        plog = cls(directory, tp, config, clock, producers)
+        plog = cls(directory, tp, config, clock, producers, hooks)
         loader = log_loader.LogLoader(plog.local, clean, recovery_point, log_start_offset)
         plog.log_start_offset = loader.load_segments()
         if replicated:  # first: the replay notes markers not yet below the high watermark
@@ -187,22 +192,6 @@ class PartitionLog:
     def recovery_point(self) -> int:
         """Below it everything is known fsynced; a load re-validates from there."""
         return self.local.recovery_point
-
-    @property
-    def flush_hook(self) -> Callable[[Callable[[], None]], None]:
-        return self.local.flush_hook
-
-    @flush_hook.setter
-    def flush_hook(self, hook: Callable[[Callable[[], None]], None]) -> None:
-        self.local.flush_hook = hook
-
-    @property
-    def discard_hook(self) -> Callable[[list[Path], int], object]:
-        return self.local.discard_hook
-
-    @discard_hook.setter
-    def discard_hook(self, hook: Callable[[list[Path], int], object]) -> None:
-        self.local.discard_hook = hook
 
     # -- the high watermark ------------------------------------------------------------------
 
@@ -253,8 +242,51 @@ class PartitionLog:
 
     # -- appends -----------------------------------------------------------------------------
 
+    @overload
     def append(
-        self, records: ValidatedRecords, leader_epoch: int, *, check_sequence: bool = True
+        self,
+        records: ValidatedRecords | EndTxnMarker,
+        leader_epoch: int,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo: ...
+
+    @overload
+    def append(
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int = -1,
+        *,
+        origin: Literal[AppendOrigin.REPLICATION],
+    ) -> FollowerAppendInfo: ...
+
+    def append(
+        self,
+        records: ValidatedRecords | EndTxnMarker | bytes | bytearray | memoryview,
+        leader_epoch: int = -1,
+        origin: AppendOrigin = AppendOrigin.CLIENT,
+    ) -> AppendInfo | FollowerAppendInfo:
+        """The one write to this log; `origin` (`AppendOrigin`) says what is checked: a
+        client's validated batches, a coordinator's records or transaction marker (in
+        `leader_epoch`), or the leader's stored batches on a follower."""
+        if origin is AppendOrigin.CLIENT and type(records) is ValidatedRecords:
+            if len(records.batches) == 1:  # the produce path's common case first
+                appended = self._append_next(records, leader_epoch)
+                if appended is not None:
+                    return appended
+            return self._append_validated(records, leader_epoch, True)
+        if origin is AppendOrigin.REPLICATION and not isinstance(
+            records, (ValidatedRecords, EndTxnMarker)
+        ):
+            return self._append_replicated(records)
+        if origin is AppendOrigin.COORDINATOR:
+            if isinstance(records, EndTxnMarker):
+                return self._append_marker(records, leader_epoch)
+            if isinstance(records, ValidatedRecords):
+                return self._append_validated(records, leader_epoch, False)
+        raise TypeError(f"{self.tp}: a {type(records).__name__} cannot be appended as {origin}")
+
+    def _append_validated(
+        self, records: ValidatedRecords, leader_epoch: int, check_sequence: bool
     ) -> AppendInfo:
         """Assign offsets to validated batches and append them as one write.
 
@@ -268,10 +300,6 @@ class PartitionLog:
            checked against a staged copy of its state (epoch, sequence).
         3. The bytes are written; only then is the staged producer state applied.
         """
-        if check_sequence and len(records.batches) == 1:
-            appended = self._append_next(records, leader_epoch)
-            if appended is not None:
-                return appended
         if check_sequence:
             duplicate = find_duplicate(records, self.producer_state, self.tp, self.log_start_offset)
             if duplicate is not None:
@@ -379,21 +407,16 @@ class PartitionLog:
         first_unstable = self.producer_state.first_unstable_offset(hw)
         return hw if first_unstable is None or first_unstable > hw else first_unstable
 
-    def append_marker(
-        self,
-        producer_id: int,
-        producer_epoch: int,
-        coordinator_epoch: int,
-        commit: bool,
-        leader_epoch: int,
-    ) -> AppendInfo:
-        """Write a COMMIT/ABORT control batch ending `producer_id`'s transaction here.
+    def _append_marker(self, marker: EndTxnMarker, leader_epoch: int) -> AppendInfo:
+        """Write a COMMIT/ABORT control batch ending the producer's transaction here.
 
         1. The marker is checked against the producer's state (older epochs are fenced).
         2. It is written at the log end; the producer's open transaction closes.
         3. An ABORT is recorded in the segment's `.txnindex` for read_committed fetches.
         """
         now = self.clock.wall_ms()
+        producer_id, producer_epoch = marker.producer_id, marker.producer_epoch
+        coordinator_epoch, commit = marker.coordinator_epoch, marker.commit
         batch = bytearray(
             build_marker(
                 producer_id=producer_id,
@@ -433,16 +456,6 @@ class PartitionLog:
         """Aborted transactions overlapping [start, upper), as read_committed fetches need."""
         return self.local.aborted_transactions(start, upper)
 
-    def append_as_stored(self, data: bytes) -> None:
-        """Append batches that already carry their offsets, unchecked, without producer state
-        (tests); `append_as_follower` is the checked path replication takes."""
-        batches = list(iter_batches(data))
-        if batches:
-            self._maybe_roll(len(data), batches[0][1].max_timestamp, None)
-            for _, header in batches:
-                self._assign_epoch(header.partition_leader_epoch, header.base_offset)
-            self.active.append([data], batches)
-
     def _assign_epoch(self, epoch: int, start_offset: int) -> None:
         """Note a batch of leader epoch `epoch` at `start_offset` (before it is written, as
         Kafka does: an entry without data is harmless, data without its entry is not).
@@ -472,7 +485,7 @@ class PartitionLog:
         for the latest epoch; -1 when no epoch at or below `epoch` is known."""
         return self.leader_epoch_cache.local_end_offset_for(epoch, self.log_end_offset)
 
-    def append_as_follower(self, data: bytes | bytearray | memoryview) -> FollowerAppendInfo:
+    def _append_replicated(self, data: bytes | bytearray | memoryview) -> FollowerAppendInfo:
         """Store batches fetched from the leader byte for byte, with their offsets and
         partition leader epochs.
 
@@ -589,7 +602,7 @@ class PartitionLog:
         self._roll_snapshots.append(
             recovery_checkpoint.note_roll(self.producer_state, self._snapshots)
         )
-        self.roll_hook()
+        self.local.hooks.roll()
         return old
 
     def flush_rolled(self) -> None:
@@ -786,7 +799,7 @@ class PartitionLog:
 
     def delete(self) -> None:
         """Close the log and rename its directory to `<dir>.<uuid>-delete` (Kafka's name) for
-        `discard_hook` to remove: unlinking gigabytes of segments takes the kernel a while,
+        `hooks.discard` to remove: unlinking gigabytes of segments takes the kernel a while,
         too long for the event loop, and a crash half way leaves a name no load takes for a
         partition (a topic created again under the same name starts empty)."""
         self.swaps.settle()  # no swap renames files in the directory once it is renamed
@@ -794,7 +807,3 @@ class PartitionLog:
         self._snapshots.bump()
         self.producer_state.clear()
         self.local.delete()
-
-
-def _no_roll_hook() -> None:
-    return None

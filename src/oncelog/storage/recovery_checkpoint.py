@@ -97,7 +97,7 @@ def write(local: LocalLog, guard: SnapshotGuard, cp: RecoveryCheckpoint) -> None
     """
     for segment in cp.segments:
         try:
-            local.flush_hook(segment.flush)
+            local.hooks.flush(segment.flush)
         except (OSError, ValueError) as exc:  # closed meanwhile (retention, cleaner)
             cp.failed.append(segment)
             cp.error = cp.error or f"fsync of segment {segment.base_offset}: {exc}"

@@ -183,7 +183,7 @@ def _check_batch(data: bytes | memoryview, pos: int, header: BatchHeader, compac
 def check_follower_batches(
     view: memoryview, tp: object, log_end: int, log_start: int
 ) -> tuple[list[tuple[int, BatchHeader]], dict[int, tuple[bool, int]], int, int, int]:
-    """Check a follower append (`PartitionLog.append_as_follower`, the leader's stored
+    """Check a follower append (`PartitionLog.append` of origin REPLICATION: the leader's stored
     batches) before anything is written: (position, header) of each complete batch, the
     markers of the control batches by offset, the bytes they span, their records and their
     largest max timestamp; raise for the first invalid one (`UnexpectedAppendOffset` when the
