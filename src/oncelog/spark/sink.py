@@ -213,10 +213,12 @@ def digest_batches(encode: BatchEncoder, batches: Iterator[Any], ordered: bool) 
     return digest
 
 
-def _run_transaction(producer: Producer, body: Callable[[], None]) -> None:
+def _run_transaction(producer: Producer, body: Callable[[], None], begun: bool = False) -> None:
     """begin → body → commit; an abortable error aborts and re-raises so Spark retries the task
-    (the retry's init_transactions fences us anyway). Retriable commit errors are retried."""
-    producer.begin_transaction()
+    (the retry's init_transactions fences us anyway). Retriable commit errors are retried.
+    `begun`: the transaction is already open (a cached producer's, see `_still_current`)."""
+    if not begun:
+        producer.begin_transaction()
     try:
         body()
         for attempt in range(5):
@@ -271,6 +273,102 @@ def _task_context() -> TaskContext:
     return ctx
 
 
+# == Clients kept by a Python worker between its tasks ==========================================
+#
+# A streaming task's fixed cost was mostly a new transactional producer and its
+# init_transactions (~18 ms, and one task in 15 waited 500 ms in librdkafka's coordinator
+# lookup: bench/RESULTS.md 9.2). Spark reuses Python workers, so a worker keeps the producer
+# (and marker client) of each transactional id it last initialised and its next task of that id
+# uses them — only for attempt 0 and only once the broker confirmed the producer still holds the
+# id (`_still_current`): a task retry (attempt > 0) and a fenced producer get a new producer and
+# init_transactions, which fences every older holder as before.
+
+#: Entries per worker; the least recently used is closed beyond it.
+CACHE_SIZE = 8
+
+
+@dataclass
+class _TxnClients:
+    producer: Producer
+    consumer: Consumer
+
+
+_txn_cache: dict[tuple[str, str], _TxnClients] = {}
+_seal_cache: dict[tuple[str, str], Consumer] = {}
+_plain_cache: dict[str, tuple[Producer, list[KafkaError]]] = {}
+
+
+def _conf_key(opts: SinkOptions) -> str:
+    return repr(sorted(opts.client_conf().items()))
+
+
+def _take_txn_clients(opts: SinkOptions, txn_id: str) -> _TxnClients | None:
+    """The cached clients of `txn_id`, removed from the cache (a task that fails never puts
+    them back)."""
+    return _txn_cache.pop((_conf_key(opts), txn_id), None)
+
+
+def _keep_txn_clients(opts: SinkOptions, txn_id: str, clients: _TxnClients) -> None:
+    """Cache clients whose producer has no open transaction (after a commit or a skip)."""
+    _txn_cache[(_conf_key(opts), txn_id)] = clients
+    while len(_txn_cache) > CACHE_SIZE:
+        oldest = next(iter(_txn_cache))
+        _close_txn_clients(_txn_cache.pop(oldest))
+
+
+def _close_txn_clients(clients: _TxnClients) -> None:
+    try:
+        clients.consumer.close()
+    except (KafkaException, RuntimeError):
+        log.debug("closing a cached marker client", exc_info=True)
+
+
+def _still_current(
+    producer: Producer, consumer: Consumer, tp: TopicPartition, batch_id: int
+) -> bool:
+    """Begin a transaction with a cached producer and make the coordinator accept its epoch:
+    an AddOffsetsToTxn/TxnOffsetCommit of a placeholder marker (overwritten by the real marker
+    before the commit; aborted with the transaction otherwise). False, with the transaction
+    given up, when a newer producer fenced this one (or anything else went wrong). True means
+    no other holder of the id can commit any more: older ones were fenced when this producer
+    was initialised, and there is no newer one."""
+    placeholder = Marker(batch_id, -1, "")
+    offsets = [TopicPartition(tp.topic, tp.partition, placeholder.offset, "{}")]
+    try:
+        producer.begin_transaction()
+        producer.send_offsets_to_transaction(
+            offsets, consumer.consumer_group_metadata(), CLIENT_TIMEOUT
+        )
+        return True
+    except KafkaException as exc:
+        log.info("cached producer no longer usable (%s): a new one fences the others", exc)
+        return False
+
+
+def _seal_client(opts: SinkOptions, group: str) -> Consumer:
+    key = (_conf_key(opts), group)
+    client = _seal_cache.get(key)
+    if client is None:
+        client = _seal_cache[key] = group_client(opts, group)
+        while len(_seal_cache) > CACHE_SIZE:
+            _seal_cache.pop(next(iter(_seal_cache))).close()
+    return client
+
+
+def _cached_plain_producer(opts: SinkOptions) -> tuple[Producer, list[KafkaError]]:
+    """The at-least-once writer's idempotent producer, kept by the worker like the
+    transactional ones (so the contrast pays the same set-up as exactly-once)."""
+    key = _conf_key(opts)
+    entry = _plain_cache.get(key)
+    if entry is None:
+        errors: list[KafkaError] = []
+        entry = _plain_cache[key] = (_plain_producer(opts, errors), errors)
+        while len(_plain_cache) > CACHE_SIZE:
+            _plain_cache.pop(next(iter(_plain_cache)))[0].flush(CLIENT_TIMEOUT)
+    entry[1].clear()
+    return entry
+
+
 # == Streaming ================================================================================
 
 
@@ -297,46 +395,97 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
                 iterator, encode, partition_id, batch_id, query_id, fail
             )
         txn_id = marker_group(self.opts.sink_id, query_id, partition_id)
-        producer = transactional_producer(self.opts, txn_id)
-        consumer = group_client(self.opts, txn_id)
+        tp = marker_partition(self.opts)
+        clients = _take_txn_clients(self.opts, txn_id)
+        if clients is not None and attempt > 0:
+            # A retry always fences: the attempt it replaces may still be alive somewhere.
+            _close_txn_clients(clients)
+            clients = None
+        fresh = clients is None
+        if clients is None:
+            clients = _TxnClients(
+                transactional_producer(self.opts, txn_id), group_client(self.opts, txn_id)
+            )
         try:
-            tp = marker_partition(self.opts)
-            marker = read_marker(consumer, tp)
-            if plan(marker, batch_id, partition_id) is Action.VERIFY:
-                assert marker is not None
-                digest = digest_batches(encode, iterator, self.opts.ordered_digest)
-                verify_replay(marker, batch_id, partition_id, digest.hexdigest(), digest.count)
-                log.info("batch %d partition %d already written: skipped", batch_id, partition_id)
-                return SinkCommitMessage(
-                    partition_id, batch_id, query_id, txn_id, digest.count,
-                    digest.hexdigest(), True, self.opts.semantics,
-                )  # fmt: skip
-            digest = Digest(self.opts.ordered_digest)
-            if fail:
-                # Die as a crashed attempt would: one record in the log, transaction left
-                # open. The retry's init_transactions must abort it.
-                producer.begin_transaction()
-                produce_batches(producer, encode, iterator, digest, stop_after=FAIL_AFTER_ROWS)
-                producer.flush(CLIENT_TIMEOUT)
-                raise InjectedFailure(
-                    f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
+            marker = read_marker(clients.consumer, tp)
+            action = plan(marker, batch_id, partition_id)
+            if (
+                action is not Action.VERIFY
+                and not fresh
+                and not _still_current(clients.producer, clients.consumer, tp, batch_id)
+            ):
+                # Fenced by a newer producer of this id: fence it in turn, then read the
+                # marker again (that producer may have committed this batch).
+                _close_txn_clients(clients)
+                clients = _TxnClients(
+                    transactional_producer(self.opts, txn_id), group_client(self.opts, txn_id)
                 )
+                fresh = True
+                marker = read_marker(clients.consumer, tp)
+                action = plan(marker, batch_id, partition_id)
+            # A cached producer that passed _still_current has begun the transaction.
+            begun = not fresh and action is not Action.VERIFY
+            message = self._write_transaction(
+                clients, marker, action, tp, txn_id, iterator, encode,
+                (partition_id, batch_id, query_id), fail, begun,
+            )  # fmt: skip
+        except BaseException:
+            _close_txn_clients(clients)
+            raise
+        _keep_txn_clients(self.opts, txn_id, clients)
+        return message
 
-            def body() -> None:
-                produce_batches(producer, encode, iterator, digest)
-                new = Marker(batch_id, digest.count, digest.hexdigest())
-                offsets = [TopicPartition(tp.topic, tp.partition, new.offset, new.metadata())]
-                producer.send_offsets_to_transaction(
-                    offsets, consumer.consumer_group_metadata(), CLIENT_TIMEOUT
-                )
-
-            _run_transaction(producer, body)
+    def _write_transaction(
+        self,
+        clients: _TxnClients,
+        marker: Marker | None,
+        action: Action,
+        tp: TopicPartition,
+        txn_id: str,
+        iterator: Iterator[Any],
+        encode: BatchEncoder,
+        task: tuple[int, int, str],
+        fail: bool,
+        begun: bool,
+    ) -> SinkCommitMessage:
+        """Skip (VERIFY) or write the task's rows and marker in one transaction, which a
+        cached producer has already begun (`begun`)."""
+        partition_id, batch_id, query_id = task
+        producer, consumer = clients.producer, clients.consumer
+        if action is Action.VERIFY:
+            assert marker is not None and not begun
+            digest = digest_batches(encode, iterator, self.opts.ordered_digest)
+            verify_replay(marker, batch_id, partition_id, digest.hexdigest(), digest.count)
+            log.info("batch %d partition %d already written: skipped", batch_id, partition_id)
             return SinkCommitMessage(
                 partition_id, batch_id, query_id, txn_id, digest.count,
-                digest.hexdigest(), False, self.opts.semantics,
+                digest.hexdigest(), True, self.opts.semantics,
             )  # fmt: skip
-        finally:
-            consumer.close()
+        digest = Digest(self.opts.ordered_digest)
+        if fail:
+            # Die as a crashed attempt would: one record in the log, transaction left
+            # open. The retry's init_transactions must abort it.
+            if not begun:
+                producer.begin_transaction()
+            produce_batches(producer, encode, iterator, digest, stop_after=FAIL_AFTER_ROWS)
+            producer.flush(CLIENT_TIMEOUT)
+            raise InjectedFailure(
+                f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
+            )
+
+        def body() -> None:
+            produce_batches(producer, encode, iterator, digest)
+            new = Marker(batch_id, digest.count, digest.hexdigest())
+            offsets = [TopicPartition(tp.topic, tp.partition, new.offset, new.metadata())]
+            producer.send_offsets_to_transaction(
+                offsets, consumer.consumer_group_metadata(), CLIENT_TIMEOUT
+            )
+
+        _run_transaction(producer, body, begun=begun)
+        return SinkCommitMessage(
+            partition_id, batch_id, query_id, txn_id, digest.count,
+            digest.hexdigest(), False, self.opts.semantics,
+        )  # fmt: skip
 
     def _write_at_least_once(
         self,
@@ -347,11 +496,15 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         query_id: str,
         fail: bool,
     ) -> SinkCommitMessage:
-        errors: list[KafkaError] = []
-        producer = _plain_producer(self.opts, errors)
-        n = produce_batches(producer, encode, iterator, None, FAIL_AFTER_ROWS if fail else None)
-        _flush_checked(producer, errors)
+        producer, errors = _cached_plain_producer(self.opts)
+        try:
+            n = produce_batches(producer, encode, iterator, None, FAIL_AFTER_ROWS if fail else None)
+            _flush_checked(producer, errors)
+        except BaseException:
+            _plain_cache.pop(_conf_key(self.opts), None)
+            raise
         if fail:
+            _plain_cache.pop(_conf_key(self.opts), None)
             raise InjectedFailure(
                 f"injected failure in batch {batch_id} partition {partition_id} attempt 0"
             )
@@ -383,15 +536,18 @@ class KafkaStreamWriter(DataSourceStreamArrowWriter):
         seal = Seal(
             batchId, len(done), sum(m.records for m in done), sum(1 for m in done if m.skipped)
         )
-        consumer = group_client(self.opts, seal_group(self.opts.sink_id, query_ids.pop()))
+        group = seal_group(self.opts.sink_id, query_ids.pop())
+        consumer = _seal_client(self.opts, group)
         try:
             tp = marker_partition(self.opts)
             consumer.commit(
                 offsets=[TopicPartition(tp.topic, tp.partition, seal.offset, seal.metadata())],
                 asynchronous=False,
             )
-        finally:
+        except BaseException:
+            _seal_cache.pop((_conf_key(self.opts), group), None)
             consumer.close()
+            raise
         log.info("batch %d sealed: %s", batchId, seal)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
