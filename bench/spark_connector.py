@@ -8,7 +8,9 @@ figure with its baseline in the same run:
 
 - read, full scan `sum(length(value))` and `groupBy(key)` of `sum(length(value))`: Parquet vs
   `format("oncelog")` with reader=fetch (the default) and reader=consumer (confluent-kafka's
-  consumer, the path before the Fetch reader);
+  consumer, the path before the Fetch reader), and a Python data source of the same schema
+  that makes its Arrow batches in memory (`connector_floor`: what Spark's Python Data Source
+  API costs by itself, the floor under any Python source);
 - a plain confluent-kafka consumer reading the topic in Python (read_committed);
 - write of the same rows (`key`, `value` from the Parquet copy): Parquet vs
   `write.format("oncelog")` (batch, one transaction per task, exactly-once) vs a plain
@@ -19,6 +21,8 @@ figure with its baseline in the same run:
   files of M events) into a Parquet file sink.
 
 Reported per case: the median of the runs in records/s and its ratio to the baseline.
+`--only`/`--skip` choose cases by substring (`--skip reader=consumer` for a tree whose source
+has no `reader` option).
 Usage: `.venv/bin/python bench/spark_connector.py [--records 1000000] [--repeat 3] [--json F]`.
 """
 
@@ -118,6 +122,57 @@ def events_of(raw: Any) -> Any:
         F.col("timestamp").alias("event_time"),
     )
     return events.where(F.col("value").isNotNull())
+
+
+def floor_source(records: int, partitions: int, keys: int, size: int) -> type:
+    """A Python data source with the oncelog source's schema that makes its Arrow batches in
+    memory (no I/O): what any Python data source costs in Spark, the floor under ours."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from oncelog.spark.kafka_read import source_schema
+
+    class FloorReader(DataSourceReader):
+        def __init__(self, schema: Any) -> None:
+            self.schema = schema
+
+        def partitions(self) -> list[InputPartition]:
+            return [InputPartition(p) for p in range(partitions)]
+
+        def read(self, partition: InputPartition) -> Any:
+            import pyarrow as pa
+            from pyspark.sql.pandas.types import to_arrow_schema
+
+            schema = to_arrow_schema(self.schema, timezone="UTC")
+            n = 65536
+            batch = pa.RecordBatch.from_arrays(
+                [
+                    pa.array([b"key-%04d" % (i % keys) for i in range(n)], pa.binary()),
+                    pa.array([b"v" * size] * n, pa.binary()),
+                    pa.repeat(pa.scalar("records"), n),
+                    pa.repeat(pa.scalar(partition.value, pa.int32()), n),  # type: ignore[attr-defined]
+                    pa.array(range(n), pa.int64()),
+                    pa.array([0] * n, schema.field("timestamp").type),
+                    pa.repeat(pa.scalar(0, pa.int32()), n),
+                ],
+                schema=schema,
+            )
+            left = records // partitions
+            while left > 0:
+                yield batch.slice(0, min(n, left))
+                left -= n
+
+    class FloorSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "connector_floor"
+
+        def schema(self) -> Any:
+            return source_schema(False)
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return FloorReader(schema)
+
+    return FloorSource
 
 
 class Bench:
@@ -225,11 +280,17 @@ class Bench:
         return {
             "read scan: parquet": lambda: self.scan(spark.read.parquet(self.parquet)),
             "read scan: oncelog": lambda: self.scan(self.oncelog()),
+            "read scan: Python data source floor": lambda: self.scan(
+                spark.read.format("connector_floor").load()
+            ),
             "read scan: oncelog reader=consumer": lambda: self.scan(
                 self.oncelog(reader="consumer")
             ),
             "read groupBy: parquet": lambda: self.group(spark.read.parquet(self.parquet)),
             "read groupBy: oncelog": lambda: self.group(self.oncelog()),
+            "read groupBy: Python data source floor": lambda: self.group(
+                spark.read.format("connector_floor").load()
+            ),
             "read groupBy: oncelog reader=consumer": lambda: self.group(
                 self.oncelog(reader="consumer")
             ),
@@ -306,6 +367,7 @@ def main() -> int:
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--timeout", type=float, default=900)
     parser.add_argument("--only", help="comma-separated substrings of the cases to run")
+    parser.add_argument("--skip", help="comma-separated substrings of cases to leave out")
     parser.add_argument("--json", help="write the runs here")
     args = parser.parse_args()
 
@@ -317,6 +379,9 @@ def main() -> int:
     spark = None
     try:
         spark = spark_session(args.master)
+        spark.dataSource.register(
+            floor_source(args.records, args.partitions, args.keys, args.value_bytes)
+        )
         bench = Bench(args, work, broker.bootstrap, spark)
         bench.setup()
         cases = bench.cases()
@@ -328,7 +393,8 @@ def main() -> int:
         chosen = {
             name: fn
             for name, fn in {**cases, **pipeline}.items()
-            if not wanted or any(w in name for w in wanted)
+            if (not wanted or any(w in name for w in wanted))
+            and not any(w.strip() and w.strip() in name for w in (args.skip or "").split(","))
         }
         for name, fn in chosen.items():
             fn()  # warm-up
@@ -354,6 +420,8 @@ def main() -> int:
 BASELINES = {
     "read scan: oncelog": "read scan: parquet",
     "read scan: oncelog reader=consumer": "read scan: parquet",
+    "read scan: Python data source floor": "read scan: parquet",
+    "read groupBy: Python data source floor": "read groupBy: parquet",
     "read groupBy: oncelog": "read groupBy: parquet",
     "read groupBy: oncelog reader=consumer": "read groupBy: parquet",
     "read: confluent-kafka consumer": "read scan: parquet",
