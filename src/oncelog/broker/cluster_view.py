@@ -38,13 +38,13 @@ class PendingOp:
 def answer_when_written(
     op: PendingOp,
     deadline_ms: int,
-    response: dict[str, Any],
+    response: Mapping[str, object],
     fail: Callable[[ErrorCode, str], None],
 ) -> Delayed:
     """Hold `response` until the etcd write `op` is done (or `deadline_ms`); if it failed
     or did not finish in time, `fail(code, message)` marks the entries it concerned first."""
 
-    def attempt(force: bool) -> dict[str, Any] | None:
+    def attempt(force: bool) -> Mapping[str, object] | None:
         if not op.done and not force:
             return None
         if op.done and op.error is None:
@@ -100,7 +100,6 @@ class ClusterOps(Protocol):
         (final once the op is done) and the op. `partitions=None`: all of them."""
         ...
 
-
     def reassign_partitions(
         self,
         name: str,
@@ -139,6 +138,7 @@ class ClusterOps(Protocol):
         have them (every other broker's watch follows)."""
         ...
 
+
     def write_acls(
         self, create: Sequence[AclBinding], delete: Sequence[AclBinding]
     ) -> PendingOp:
@@ -176,7 +176,7 @@ class ClusterView:
 
 
 def answer_after_writes(
-    response: dict[str, Any],
+    response: Mapping[str, object],
     pending: list[tuple[dict[str, Any], PendingOp]],
     deadline_ms: int,
     what: str,
@@ -184,7 +184,7 @@ def answer_after_writes(
     """Hold an admin answer until its etcd writes are done: each entry gets its write's
     error, or REQUEST_TIMED_OUT when etcd did not confirm `what` by the deadline."""
 
-    def attempt(force: bool) -> dict[str, Any] | None:
+    def attempt(force: bool) -> Mapping[str, object] | None:
         if not force and not all(op.done for _, op in pending):
             return None
         for entry, op in pending:

@@ -76,6 +76,7 @@ from oncelog.broker.handlers.coordinator_wait import (
     COORDINATOR_WRITE_TIMEOUT_MS,
     answer_once_replicated,
 )
+from oncelog.broker.handlers.types import Handler
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.quotas import FETCH, PRODUCE, REQUEST, ClientQuotas
@@ -100,9 +101,10 @@ from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[RequestContext, Any], Any]
-
-HANDLERS: dict[ApiKey, Handler] = {
+#: Each handler is typed with its API's request union and answer (handlers/types.py); the table
+#: erases the request type: `_decode` builds the class of the version asked for, which
+#: tests/unit/test_handler_types.py holds to be in each handler's annotated union.
+HANDLERS: dict[ApiKey, Handler[Any]] = {
     ApiKey.PRODUCE: produce.handle,
     ApiKey.FETCH: fetch.handle,
     ApiKey.LIST_OFFSETS: list_offsets.handle,
@@ -161,7 +163,7 @@ class _Route:
 
     __slots__ = ("handler", "highest", "lowest", "versions")
 
-    def __init__(self, lowest: int, highest: int, handler: Handler) -> None:
+    def __init__(self, lowest: int, highest: int, handler: Handler[Any]) -> None:
         self.lowest = lowest
         self.highest = highest
         self.handler = handler

@@ -1,5 +1,7 @@
-"""One module per Kafka API. Each exposes `handle(ctx, request)`, returning a response as a
-mapping (built into the requested version by the dispatcher), a `Delayed`, or `NO_RESPONSE`."""
+"""One module per Kafka API. Each exposes `handle(ctx, request)` (a `types.Handler`): the
+request is one of the API's kio classes (`types.<Api>Request`), the answer a
+`types.<Api>Answer` (built into the requested version by the dispatcher), a `Delayed`, or
+`NO_RESPONSE`."""
 
 from __future__ import annotations
 

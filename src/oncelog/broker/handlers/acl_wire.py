@@ -3,7 +3,7 @@ common refusals, and waiting for a cluster's etcd write of ACLs."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from enum import IntEnum
 from typing import Any, TypeVar
 
@@ -21,6 +21,7 @@ from oncelog.security.acl import (
 )
 
 E = TypeVar("E", bound=IntEnum)
+A = TypeVar("A", bound=Mapping[str, object])
 
 #: How long a cluster's ACL answer waits for etcd.
 WRITE_TIMEOUT_MS = 30_000
@@ -61,8 +62,8 @@ def apply(
     ctx: RequestContext,
     create: Sequence[AclBinding],
     delete: Sequence[AclBinding],
-    answer: Callable[[ErrorCode | None, str | None], dict[str, Any]],
-) -> dict[str, Any] | Delayed:
+    answer: Callable[[ErrorCode | None, str | None], A],
+) -> A | Delayed:
     """Store the change: a single node at once (its image), a cluster through etcd. `answer`
     builds the response given the write's error (None: stored)."""
     authorizer = ctx.broker.authorizer
@@ -81,7 +82,7 @@ def apply(
     op = ops.write_acls(create, delete)
     deadline = ctx.broker.clock.monotonic_ms() + WRITE_TIMEOUT_MS
 
-    def attempt(force: bool) -> dict[str, Any] | None:
+    def attempt(force: bool) -> A | None:
         if op.done:
             if op.error is not None:
                 return answer(op.error.code, str(op.error))

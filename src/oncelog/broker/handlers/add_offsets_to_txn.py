@@ -3,20 +3,21 @@ so the offsets the producer commits with TxnOffsetCommit get the transaction's m
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.broker.handlers.types import AddOffsetsToTxnAnswer, AddOffsetsToTxnRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsToTxnAnswer | Delayed:
     if not authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     if not authz.group(ctx, Op.READ, request.group_id):
@@ -35,4 +36,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
         return {"throttle_time": 0, "error_code": for_version(error, ctx.api_key, ctx.api_version)}
 
     # As AddPartitionsToTxn: wait for the previous transaction's completion, not a retry.
-    return after_previous_transaction(ctx, request.transactional_id, step, answer)
+    # coordinator_wait answers with what `answer` returns.
+    return cast(
+        "AddOffsetsToTxnAnswer | Delayed",
+        after_previous_transaction(ctx, request.transactional_id, step, answer),
+    )

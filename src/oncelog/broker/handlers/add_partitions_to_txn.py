@@ -11,19 +11,22 @@ before accepting a transaction's first batch when the coordinator is another bro
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import Any, cast
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.broker.handlers.types import AddPartitionsToTxnAnswer, AddPartitionsToTxnRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(
+    ctx: RequestContext, request: AddPartitionsToTxnRequest
+) -> AddPartitionsToTxnAnswer | Delayed:
     if ctx.api_version >= 4:
         if not authz.authorize_cluster(ctx, Op.CLUSTER_ACTION):
             return {
@@ -33,11 +36,16 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
             }
         return _batched(ctx, request)
     txns = ctx.broker.txns
-    tps = [TopicPartition(t.name, p) for t in request.v3_and_below_topics for p in t.partitions]
+    # v0-3's fields (v4 has none of them).
+    txn_id: str = getattr(request, "v3_and_below_transactional_id", "")
+    producer_id: int = getattr(request, "v3_and_below_producer_id", -1)
+    producer_epoch: int = getattr(request, "v3_and_below_producer_epoch", -1)
+    topics = getattr(request, "v3_and_below_topics", ())
+    tps = [TopicPartition(t.name, p) for t in topics for p in t.partitions]
     # Kafka: Write on the transactional id, then on each topic; nothing is added unless all
     # are allowed and exist.
     refused: dict[TopicPartition, ErrorCode] = {}
-    if not authz.transactional_id(ctx, Op.WRITE, request.v3_and_below_transactional_id):
+    if not authz.transactional_id(ctx, Op.WRITE, txn_id):
         refused = dict.fromkeys(tps, ErrorCode.transactional_id_authorization_failed)
     else:
         for tp in tps:
@@ -47,23 +55,23 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
                 refused[tp] = ErrorCode.unknown_topic_or_partition
     if refused:
         return _answer({tp: refused.get(tp, ErrorCode.operation_not_attempted) for tp in tps})
-    txn_id = request.v3_and_below_transactional_id
 
     def step() -> ErrorCode:
-        result = txns.coordinator.add_partitions(
-            txn_id, request.v3_and_below_producer_id, request.v3_and_below_producer_epoch, tps
-        )
+        result = txns.coordinator.add_partitions(txn_id, producer_id, producer_epoch, tps)
         return txns.run(result, txn_id)
 
-    def answer(error: ErrorCode) -> dict[str, Any]:
-        return _answer(dict.fromkeys(tps, for_version(error, ctx.api_key, ctx.api_version)))
+    def answer(error: ErrorCode) -> dict[str, Any]:  # coordinator_wait's type
+        codes = dict.fromkeys(tps, for_version(error, ctx.api_key, ctx.api_version))
+        return cast("dict[str, Any]", _answer(codes))
 
     # The producer's next transaction often starts while its last one's markers are being
     # written: wait for them rather than answer CONCURRENT_TRANSACTIONS (coordinator_wait).
-    return after_previous_transaction(ctx, txn_id, step, answer)
+    # coordinator_wait answers with what `answer` returns.
+    answered = after_previous_transaction(ctx, txn_id, step, answer)
+    return cast("AddPartitionsToTxnAnswer | Delayed", answered)
 
 
-def _answer(codes: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
+def _answer(codes: dict[TopicPartition, ErrorCode]) -> AddPartitionsToTxnAnswer:
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, code in codes.items():
         by_topic[tp.topic].append({"partition_index": tp.partition, "partition_error_code": code})
@@ -75,9 +83,9 @@ def _answer(codes: dict[TopicPartition, ErrorCode]) -> dict[str, Any]:
     }
 
 
-def _batched(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def _batched(ctx: RequestContext, request: AddPartitionsToTxnRequest) -> AddPartitionsToTxnAnswer:
     results = []
-    for txn in request.transactions:
+    for txn in getattr(request, "transactions", ()):  # v4
         tps = [TopicPartition(t.name, p) for t in txn.topics for p in t.partitions]
         if txn.verify_only:
             codes = {tp: _verify(ctx, txn, tp) for tp in tps}

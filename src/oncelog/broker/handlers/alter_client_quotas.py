@@ -16,6 +16,7 @@ from typing import Any
 from oncelog.broker import authz
 from oncelog.broker.cluster_view import answer_when_written
 from oncelog.broker.context import BrokerContext, RequestContext
+from oncelog.broker.handlers.types import AlterClientQuotasAnswer, AlterClientQuotasRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.quotas import (
     Entity,
@@ -32,7 +33,9 @@ from oncelog.security.acl import AclOperation
 WRITE_TIMEOUT_MS = 30_000
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(
+    ctx: RequestContext, request: AlterClientQuotasRequest
+) -> AlterClientQuotasAnswer | Delayed:
     broker = ctx.broker
     allowed = authz.authorize_cluster(ctx, AclOperation.ALTER_CONFIGS)
     results: list[dict[str, Any]] = []
@@ -61,7 +64,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
             changes[entity] = _apply_ops(broker, entity, entry.ops)
         except KafkaError as exc:
             result.update(error_code=exc.code, error_message=str(exc))
-    response = {"throttle_time": 0, "entries": results}
+    response: AlterClientQuotasAnswer = {"throttle_time": 0, "entries": results}
     if request.validate_only or not changes:
         return response
     cluster = broker.cluster_ops

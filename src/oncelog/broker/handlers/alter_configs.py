@@ -4,12 +4,11 @@ flow and checks (`incremental_alter_configs.alter`)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.incremental_alter_configs import alter
+from oncelog.broker.handlers.types import AlterConfigsAnswer, AlterConfigsRequest
 from oncelog.broker.purgatory import Delayed
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: AlterConfigsRequest) -> AlterConfigsAnswer | Delayed:
     return alter(ctx, request, incremental=False)

@@ -15,11 +15,13 @@ only valid target is itself, where every partition already is.
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import (
+    AlterPartitionReassignmentsAnswer,
+    AlterPartitionReassignmentsRequest,
+)
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import (
     ClusterAuthorizationFailed,
@@ -36,7 +38,9 @@ from oncelog.security.acl import AclOperation as Op
 Outcomes = dict[str, dict[int, KafkaError | None]]
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(
+    ctx: RequestContext, request: AlterPartitionReassignmentsRequest
+) -> AlterPartitionReassignmentsAnswer | Delayed:
     allow_rf_change = bool(getattr(request, "allow_replication_factor_change", True))
     asked: dict[str, dict[int, list[int] | None]] = {}
     for topic in request.topics:
@@ -64,7 +68,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     if not pending:
         return _response(outcomes, allow_rf_change)
 
-    def attempt(force: bool) -> dict[str, Any] | None:
+    def attempt(force: bool) -> AlterPartitionReassignmentsAnswer | None:
         if not force and not all(op.done for _, op in pending):
             return None
         for name, op in pending:
@@ -121,7 +125,7 @@ def _check_target(target: list[int], node: int, allow_rf_change: bool) -> KafkaE
 
 def _response(
     outcomes: Outcomes, allow_rf_change: bool, top: KafkaError | None = None
-) -> dict[str, Any]:
+) -> AlterPartitionReassignmentsAnswer:
     return {
         "throttle_time": 0,
         "allow_replication_factor_change": allow_rf_change,

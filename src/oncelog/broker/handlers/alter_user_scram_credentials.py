@@ -5,11 +5,13 @@ waits for it)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.cluster_view import answer_when_written
 from oncelog.broker.context import BrokerContext, RequestContext
+from oncelog.broker.handlers.types import (
+    AlterUserScramCredentialsAnswer,
+    AlterUserScramCredentialsRequest,
+)
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation
@@ -19,7 +21,9 @@ from oncelog.security.credentials import Change, plan_alter
 WRITE_TIMEOUT_MS = 30_000
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(
+    ctx: RequestContext, request: AlterUserScramCredentialsRequest
+) -> AlterUserScramCredentialsAnswer | Delayed:
     if not authz.authorize_cluster(ctx, AclOperation.ALTER):
         users = dict.fromkeys(
             [d.name for d in request.deletions] + [u.name for u in request.upsertions]
@@ -37,7 +41,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
         }
     broker = ctx.broker
     results, changes = plan_alter(broker.scram, request.deletions, request.upsertions)
-    response = {"throttle_time": 0, "results": results}
+    response: AlterUserScramCredentialsAnswer = {"throttle_time": 0, "results": results}
     ops = broker.cluster_ops
     if not changes:
         return response

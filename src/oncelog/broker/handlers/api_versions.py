@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import ApiVersionsAnswer, ApiVersionsRequest
 from oncelog.errors import ErrorCode
 from oncelog.protocol.registry import SUPPORTED_VERSIONS
 
@@ -16,7 +17,7 @@ def api_keys() -> list[dict[str, int]]:
     ]
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: ApiVersionsRequest) -> ApiVersionsAnswer:
     return {"error_code": ErrorCode.none, "api_keys": api_keys(), "throttle_time": 0}
 
 

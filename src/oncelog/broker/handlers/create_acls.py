@@ -12,6 +12,7 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.acl_wire import apply, code, refusal
+from oncelog.broker.handlers.types import CreateAclsAnswer, CreateAclsRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import (
@@ -26,7 +27,7 @@ from oncelog.security.acl import (
 )
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: CreateAclsRequest) -> CreateAclsAnswer | Delayed:
     refused = refusal(ctx, AclOperation.ALTER)
     if refused is not None:
         refusals = [
@@ -56,9 +57,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
         else:
             valid.append((result, binding))
         results.append(result)
-    response = {"throttle_time": 0, "results": results}
+    response: CreateAclsAnswer = {"throttle_time": 0, "results": results}
 
-    def answer(error: ErrorCode | None, message: str | None) -> dict[str, Any]:
+    def answer(error: ErrorCode | None, message: str | None) -> CreateAclsAnswer:
         if error is not None:
             for result, _ in valid:
                 result.update(error_code=error, error_message=message)

@@ -21,6 +21,7 @@ from typing import Any
 from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import CreatePartitionsAnswer, CreatePartitionsRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.replica_manager import MAX_PARTITIONS_PER_TOPIC
 from oncelog.errors import (
@@ -34,7 +35,9 @@ from oncelog.errors import (
 from oncelog.security.acl import AclOperation as Op
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(
+    ctx: RequestContext, request: CreatePartitionsRequest
+) -> CreatePartitionsAnswer | Delayed:
     counts = Counter(t.name for t in request.topics)
     results: list[dict[str, Any]] = []
     pending: list[tuple[dict[str, Any], PendingOp]] = []
@@ -70,7 +73,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
                 _single_node(ctx, topic.name, topic.count, manual, request.validate_only)
         except KafkaError as exc:
             result.update(error_code=exc.code, error_message=str(exc))
-    response = {"throttle_time": 0, "results": results}
+    response: CreatePartitionsAnswer = {"throttle_time": 0, "results": results}
     if not pending:
         return response
 
@@ -97,8 +100,7 @@ def _single_node(
     current = image.partitions
     if total < current:
         raise InvalidPartitions(
-            f"Topic currently has {current} partitions, which is higher than the requested "
-            f"{total}."
+            f"Topic currently has {current} partitions, which is higher than the requested {total}."
         )
     if total == current:
         raise InvalidPartitions(f"Topic already has {current} partitions.")

@@ -16,6 +16,7 @@ from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_configs import describe_topic_configs
 from oncelog.broker.handlers.metadata import ZERO_UUID
+from oncelog.broker.handlers.types import CreateTopicsAnswer, CreateTopicsRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.replica_manager import MAX_PARTITIONS_PER_TOPIC, TopicSpec
 from oncelog.config import validate_topic_configs, validate_topic_name
@@ -36,7 +37,7 @@ def _may_create(ctx: RequestContext, name: str) -> bool:
     return authz.authorize_cluster(ctx, Op.CREATE) or authz.topic(ctx, Op.CREATE, name)
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: CreateTopicsRequest) -> CreateTopicsAnswer | Delayed:
     if ctx.broker.cluster_ops is not None:
         return _handle_in_cluster(ctx, request)
     replicas = ctx.broker.replicas
@@ -106,7 +107,9 @@ def _spec(ctx: RequestContext, topic: Any) -> TopicSpec:
     return TopicSpec(topic.name, partitions, replication, configs)
 
 
-def _handle_in_cluster(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def _handle_in_cluster(
+    ctx: RequestContext, request: CreateTopicsRequest
+) -> CreateTopicsAnswer | Delayed:
     cluster, ops = ctx.broker.cluster, ctx.broker.cluster_ops
     assert cluster is not None and ops is not None
     counts = Counter(t.name for t in request.topics)
@@ -141,7 +144,7 @@ def _handle_in_cluster(ctx: RequestContext, request: Any) -> dict[str, Any] | De
                 pending.append((result, ops.create_topic(topic.name, assignment, kept, False)))
         except KafkaError as exc:
             result.update(error_code=exc.code, error_message=str(exc))
-    response = {"throttle_time": 0, "topics": results}
+    response: CreateTopicsAnswer = {"throttle_time": 0, "topics": results}
     if not pending:
         return response
 

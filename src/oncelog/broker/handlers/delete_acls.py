@@ -10,12 +10,13 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.acl_wire import apply, filter_of, refusal
+from oncelog.broker.handlers.types import DeleteAclsAnswer, DeleteAclsRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclBinding, AclOperation
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: DeleteAclsRequest) -> DeleteAclsAnswer | Delayed:
     refused = refusal(ctx, AclOperation.ALTER)
     if refused is not None:
         return {
@@ -50,9 +51,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
                 "matching_acls": [_matching(b) for b in matched],
             }
         )
-    response = {"throttle_time": 0, "filter_results": results}
+    response: DeleteAclsAnswer = {"throttle_time": 0, "filter_results": results}
 
-    def answer(error: ErrorCode | None, message: str | None) -> dict[str, Any]:
+    def answer(error: ErrorCode | None, message: str | None) -> DeleteAclsAnswer:
         if error is not None:
             for result in results:
                 if result["error_code"] == ErrorCode.none:

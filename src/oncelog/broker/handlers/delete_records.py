@@ -6,12 +6,13 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DeleteRecordsAnswer, DeleteRecordsRequest
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DeleteRecordsRequest) -> DeleteRecordsAnswer:
     replicas = ctx.broker.replicas
     topics = []
     moved: list[TopicPartition] = []

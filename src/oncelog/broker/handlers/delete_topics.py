@@ -14,12 +14,13 @@ from typing import Any
 from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp, answer_after_writes
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DeleteTopicsAnswer, DeleteTopicsRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.security.acl import AclOperation as Op
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: DeleteTopicsRequest) -> DeleteTopicsAnswer | Delayed:
     responses = []
     pending: list[tuple[dict[str, Any], PendingOp]] = []
     delete_enabled = ctx.broker.config.get("delete.topic.enable")
@@ -39,7 +40,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
                 ctx.broker.replicas.delete_topic(name)
         except KafkaError as exc:
             entry.update(error_code=exc.code, error_message=str(exc))
-    response = {"throttle_time": 0, "responses": responses}
+    response: DeleteTopicsAnswer = {"throttle_time": 0, "responses": responses}
     if not pending:
         return response
 

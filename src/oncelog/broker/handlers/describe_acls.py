@@ -7,12 +7,13 @@ from typing import Any
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.acl_wire import filter_of, refusal
+from oncelog.broker.handlers.types import DescribeAclsAnswer, DescribeAclsRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation, ResourcePattern
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
-    response: dict[str, Any] = {
+def handle(ctx: RequestContext, request: DescribeAclsRequest) -> DescribeAclsAnswer:
+    response: DescribeAclsAnswer = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -20,12 +21,13 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     }
     refused = refusal(ctx, AclOperation.DESCRIBE)
     if refused is not None:
-        response.update(error_code=refused[0], error_message=refused[1])
+        response["error_code"], response["error_message"] = refused
         return response
     acl_filter = filter_of(request)
     problem = acl_filter.problem()
     if problem is not None:
-        response.update(error_code=ErrorCode.invalid_request, error_message=problem)
+        response["error_code"] = ErrorCode.invalid_request
+        response["error_message"] = problem
         return response
     authorizer = ctx.broker.authorizer
     assert authorizer is not None

@@ -5,16 +5,15 @@ message."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DescribeClientQuotasAnswer, DescribeClientQuotasRequest
 from oncelog.broker.quotas import describe_filter
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DescribeClientQuotasRequest) -> DescribeClientQuotasAnswer:
     if not authz.authorize_cluster(ctx, AclOperation.DESCRIBE_CONFIGS):
         return _error(ErrorCode.cluster_authorization_failed, "Cluster authorization failed.")
     try:
@@ -39,5 +38,5 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
     }
 
 
-def _error(code: ErrorCode, message: str) -> dict[str, Any]:
+def _error(code: ErrorCode, message: str) -> DescribeClientQuotasAnswer:
     return {"throttle_time": 0, "error_code": code, "error_message": message, "entries": None}

@@ -8,21 +8,20 @@ a broker; oncelog has no separate controllers.
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DescribeClusterAnswer, DescribeClusterRequest
 from oncelog.errors import ErrorCode
 
 BROKERS_ENDPOINT = 1
 NOT_REQUESTED = -(2**31)
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DescribeClusterRequest) -> DescribeClusterAnswer:
     broker = ctx.broker
     cluster = broker.cluster
     endpoint_type = int(getattr(request, "endpoint_type", BROKERS_ENDPOINT))
-    response: dict[str, Any] = {
+    response: DescribeClusterAnswer = {
         "throttle_time": 0,
         "error_code": ErrorCode.none,
         "error_message": None,
@@ -35,10 +34,10 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
         ),
     }
     if endpoint_type != BROKERS_ENDPOINT:
-        response.update(
-            error_code=ErrorCode.unsupported_endpoint_type,
-            error_message="The request was sent to an endpoint of type BROKER, but we wanted "
-            "an endpoint of type CONTROLLER",
+        response["error_code"] = ErrorCode.unsupported_endpoint_type
+        response["error_message"] = (
+            "The request was sent to an endpoint of type BROKER, but we wanted "
+            "an endpoint of type CONTROLLER"
         )
         return response
     if cluster is not None:
@@ -67,5 +66,6 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             }
         ]
         controller = node.node_id
-    response.update(controller_id=controller, brokers=brokers)
+    response["controller_id"] = controller
+    response["brokers"] = brokers
     return response

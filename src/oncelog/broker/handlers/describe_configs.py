@@ -17,6 +17,7 @@ from typing import Any
 from oncelog.broker import authz
 from oncelog.broker.config_changes import DYNAMIC_BROKER_KEYS
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DescribeConfigsAnswer, DescribeConfigsRequest
 from oncelog.config import BROKER_CONFIGS, TOPIC_CONFIG_DEFS, ConfigType
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.security.acl import AclOperation as Op
@@ -50,7 +51,7 @@ _MULTI_SYNONYMS = {
 _BROKER_KEY = {d.topic_name: d.name for d in BROKER_CONFIGS.values() if d.topic_name}
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DescribeConfigsRequest) -> DescribeConfigsAnswer:
     synonyms = bool(getattr(request, "include_synonyms", False))
     results = []
     for resource in request.resources:

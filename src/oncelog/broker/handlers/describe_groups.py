@@ -10,6 +10,7 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DescribeGroupsAnswer, DescribeGroupsRequest
 from oncelog.coordinator.group.state import GroupState
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
@@ -20,7 +21,7 @@ OPERATIONS_NOT_REQUESTED = -(2**31)
 NOT_FOUND_VERSION = 6
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DescribeGroupsRequest) -> DescribeGroupsAnswer:
     coordinator = ctx.broker.groups.coordinator
     described = []
     for group_id in request.groups:

@@ -21,12 +21,13 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DescribeLogDirsAnswer, DescribeLogDirsRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.storage.partition_log import PartitionLog
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DescribeLogDirsRequest) -> DescribeLogDirsAnswer:
     if not authz.authorize_cluster(ctx, Op.DESCRIBE):
         return {
             "throttle_time": 0,

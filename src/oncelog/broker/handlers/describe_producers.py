@@ -3,19 +3,18 @@ transactions (`current_txn_start_offset` >= 0 is an open transaction on that par
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DescribeProducersAnswer, DescribeProducersRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DescribeProducersRequest) -> DescribeProducersAnswer:
     topics = []
     for topic in request.topics:
-        partitions = []
+        partitions: list[dict[str, object]] = []
         allowed = authz.topic(ctx, Op.READ, topic.name)
         for index in topic.partition_indexes:
             plog = ctx.broker.replicas.logs.get(TopicPartition(topic.name, index))

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import DescribeTransactionsAnswer, DescribeTransactionsRequest
 from oncelog.coordinator.txn.state import TxnState
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
@@ -24,9 +24,9 @@ STATE_NAMES = {
 }
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: DescribeTransactionsRequest) -> DescribeTransactionsAnswer:
     transactions = ctx.broker.txns.coordinator.transactions
-    states = []
+    states: list[dict[str, object]] = []
     for txn_id in request.transactional_ids:
         meta = transactions.get(txn_id)
         allowed = authz.transactional_id(ctx, Op.DESCRIBE, txn_id)

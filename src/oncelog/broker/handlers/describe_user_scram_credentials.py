@@ -4,16 +4,20 @@ user asked for twice DUPLICATE_RESOURCE, as Kafka answers."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import (
+    DescribeUserScramCredentialsAnswer,
+    DescribeUserScramCredentialsRequest,
+)
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation
 from oncelog.security.credentials import describe
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(
+    ctx: RequestContext, request: DescribeUserScramCredentialsRequest
+) -> DescribeUserScramCredentialsAnswer:
     users = None if request.users is None else [u.name for u in request.users]
     if not authz.authorize_cluster(ctx, AclOperation.DESCRIBE):
         message = "Cluster authorization failed."

@@ -19,6 +19,7 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import ElectLeadersAnswer, ElectLeadersRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import (
     ClusterAuthorizationFailed,
@@ -37,8 +38,7 @@ PREFERRED = 0
 UNCLEAN = 1
 
 
-
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: ElectLeadersRequest) -> ElectLeadersAnswer | Delayed:
     election_type = int(getattr(request, "election_type", PREFERRED))
     named = request.topic_partitions
     wanted: list[TopicPartition] | None = None
@@ -66,7 +66,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     if op.done:
         return _response(ErrorCode.none, results, named is None)
 
-    def attempt(force: bool) -> dict[str, Any] | None:
+    def attempt(force: bool) -> ElectLeadersAnswer | None:
         if not op.done and not force:
             return None
         final = dict(results)
@@ -102,7 +102,7 @@ def _single_node(
 
 def _response(
     code: ErrorCode, results: dict[TopicPartition, KafkaError | None], all_partitions: bool
-) -> dict[str, Any]:
+) -> ElectLeadersAnswer:
     by_topic: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for tp, error in results.items():
         if all_partitions and isinstance(error, ElectionNotNeeded):

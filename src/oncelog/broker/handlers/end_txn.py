@@ -7,18 +7,19 @@ the completion (`coordinator_wait`), up to 5 s, then gets CONCURRENT_TRANSACTION
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.broker.handlers.types import EndTxnAnswer, EndTxnRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnAnswer | Delayed:
     if not authz.transactional_id(ctx, Op.WRITE, request.transactional_id):
         return {"throttle_time": 0, "error_code": ErrorCode.transactional_id_authorization_failed}
     txns = ctx.broker.txns
@@ -37,4 +38,8 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
 
     # A retried EndTxn that finds its decision still completing waits for the completion
     # (coordinator_wait) and is then answered as the retry after it would be.
-    return after_previous_transaction(ctx, request.transactional_id, step, answer)
+    # coordinator_wait answers with what `answer` returns.
+    return cast(
+        "EndTxnAnswer | Delayed",
+        after_previous_transaction(ctx, request.transactional_id, step, answer),
+    )

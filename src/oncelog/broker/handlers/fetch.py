@@ -40,6 +40,7 @@ from oncelog.broker.fetch_session import (
     CachedPartition,
     FetchSession,
 )
+from oncelog.broker.handlers.types import FetchAnswer, FetchRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol import fast_requests
@@ -59,7 +60,7 @@ _NONE = ErrorCode.none
 _new_tuple = tuple.__new__
 
 
-def handle(ctx: RequestContext, request: Any) -> Any:
+def handle(ctx: RequestContext, request: FetchRequest) -> FetchAnswer | Delayed:
     if request.replica_id >= 0 and not ctx.broker.replicas.clustered:
         return _top_level_error(ErrorCode.not_leader_or_follower)
     follower = request.replica_id >= 0
@@ -86,7 +87,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     if request.replica_id < 0:
         min_bytes = min(min_bytes, fetch.budget)
 
-    def attempt(force: bool) -> dict[str, Any] | None:
+    def attempt(force: bool) -> FetchAnswer | None:
         response, size, errors = fetch.collect()
         if force or errors or size >= min_bytes or max_wait <= 0 or not tps:
             fetch.sent()
@@ -102,7 +103,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         # partition has records past the follower's position, or its log start or leadership
         # moved.
 
-        def woken_follower(force: bool) -> dict[str, Any] | None:
+        def woken_follower(force: bool) -> FetchAnswer | None:
             if not force and not fetch.may_have_records():
                 return None
             return attempt(force)
@@ -113,7 +114,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
         return Delayed(woken_follower, deadline, (session.key,))
     waiting = _Waiting(ctx, follower, fetch.read_committed, topics)
 
-    def woken(force: bool) -> dict[str, Any] | None:
+    def woken(force: bool) -> FetchAnswer | None:
         if not force and not waiting.changed():
             return None
         answer = attempt(force)
@@ -293,7 +294,7 @@ class _Fetch:
             cached.answered(error, hw, start, leader, node_id)
         self._answered = []
 
-    def collect(self) -> tuple[dict[str, Any], int, bool]:
+    def collect(self) -> tuple[FetchAnswer, int, bool]:
         read_committed = self.read_committed
         denied = self.denied
         session = self.session
@@ -436,7 +437,7 @@ def _error_entry(index: int, code: int, read_committed: bool) -> dict[str, Any]:
     }
 
 
-def _response(session: FetchSession | None, responses: list[dict[str, Any]]) -> dict[str, Any]:
+def _response(session: FetchSession | None, responses: list[dict[str, Any]]) -> FetchAnswer:
     return {
         "throttle_time": 0,
         "error_code": _NONE,
@@ -445,5 +446,5 @@ def _response(session: FetchSession | None, responses: list[dict[str, Any]]) -> 
     }
 
 
-def _top_level_error(code: ErrorCode) -> dict[str, Any]:
+def _top_level_error(code: ErrorCode) -> FetchAnswer:
     return {"throttle_time": 0, "error_code": code, "session_id": 0, "responses": []}

@@ -11,11 +11,12 @@ brokers that list it. In a cluster a group's coordinator is the leader of its
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
+from oncelog.broker.handlers.types import FindCoordinatorAnswer, FindCoordinatorRequest
 from oncelog.broker.internal_topics import internal_topic_configs
 from oncelog.broker.txn_runtime import TXN_TOPIC
 from oncelog.coordinator.group.records import partition_for
@@ -28,7 +29,17 @@ TRANSACTION = 1
 _MESSAGE = "Unknown coordinator key type."
 
 
-def _answer(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
+class _Coordinator(TypedDict):
+    """A key's coordinator: the top-level fields before v4, a `coordinators` entry since."""
+
+    node_id: int
+    host: str
+    port: int
+    error_code: int
+    error_message: str | None
+
+
+def _answer(ctx: RequestContext, key: str, key_type: int) -> _Coordinator:
     # Kafka: Describe on the group / transactional id, before anything is created.
     if key_type == GROUP and not authz.group(ctx, Op.DESCRIBE, key):
         return _refused(ErrorCode.group_authorization_failed)
@@ -59,7 +70,7 @@ def _answer(ctx: RequestContext, key: str, key_type: int) -> dict[str, Any]:
     }
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: FindCoordinatorRequest) -> FindCoordinatorAnswer:
     key_type = int(getattr(request, "key_type", GROUP))
     keys = getattr(request, "coordinator_keys", None)
     if keys is not None:
@@ -67,7 +78,15 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
             "throttle_time": 0,
             "coordinators": [{"key": key, **_answer(ctx, key, key_type)} for key in keys],
         }
-    return {"throttle_time": 0, **_answer(ctx, request.key, key_type)}
+    found = _answer(ctx, getattr(request, "key", ""), key_type)  # v0-3: one key, top level
+    return {
+        "throttle_time": 0,
+        "node_id": found["node_id"],
+        "host": found["host"],
+        "port": found["port"],
+        "error_code": found["error_code"],
+        "error_message": found["error_message"],
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +116,7 @@ TRANSACTIONS = _InternalTopic(
 
 def _coordinator_in_cluster(
     ctx: RequestContext, key: str, internal: _InternalTopic
-) -> dict[str, Any]:
+) -> _Coordinator:
     """The leader of the key's internal-topic partition; the topic is created (replicated)
     on the first request, as Kafka does."""
     cluster, ops, config = ctx.broker.cluster, ctx.broker.cluster_ops, ctx.broker.config
@@ -132,11 +151,11 @@ def _coordinator_in_cluster(
     }
 
 
-def _refused(code: ErrorCode) -> dict[str, Any]:
+def _refused(code: ErrorCode) -> _Coordinator:
     return {"node_id": -1, "host": "", "port": -1, "error_code": code, "error_message": None}
 
 
-def _unavailable(why: str) -> dict[str, Any]:
+def _unavailable(why: str) -> _Coordinator:
     return {
         "node_id": -1,
         "host": "",

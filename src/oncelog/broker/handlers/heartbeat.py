@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import HeartbeatAnswer, HeartbeatRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: HeartbeatRequest) -> HeartbeatAnswer:
     if not authz.group(ctx, Op.READ, request.group_id):
         return {"throttle_time": 0, "error_code": ErrorCode.group_authorization_failed}
     runtime = ctx.broker.groups

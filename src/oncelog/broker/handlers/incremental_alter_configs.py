@@ -32,6 +32,11 @@ from oncelog.broker.config_changes import (
     new_topic_configs,
 )
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import (
+    AlterConfigsRequest,
+    IncrementalAlterConfigsAnswer,
+    IncrementalAlterConfigsRequest,
+)
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError, UnknownTopicOrPartition
 from oncelog.security.acl import AclOperation as Op
@@ -40,11 +45,18 @@ from oncelog.security.acl import AclOperation as Op
 ETCD_WAIT_MS = 30_000
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(
+    ctx: RequestContext, request: IncrementalAlterConfigsRequest
+) -> IncrementalAlterConfigsAnswer | Delayed:
     return alter(ctx, request, incremental=True)
 
 
-def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> dict[str, Any] | Delayed:
+def alter(
+    ctx: RequestContext,
+    request: IncrementalAlterConfigsRequest | AlterConfigsRequest,
+    *,
+    incremental: bool,
+) -> IncrementalAlterConfigsAnswer | Delayed:
     counts = Counter((r.resource_type, r.resource_name) for r in request.resources)
     results: list[dict[str, Any]] = []
     pending: list[tuple[dict[str, Any], PendingOp]] = []
@@ -66,7 +78,7 @@ def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> dict[str, 
             if counts[(resource.resource_type, resource.resource_name)] > 1:
                 raise InvalidRequest("Each resource must appear at most once.")
             changes = [
-                Change(c.name, c.config_operation if incremental else SET, c.value)
+                Change(c.name, getattr(c, "config_operation", SET) if incremental else SET, c.value)
                 for c in resource.configs
             ]
             check_resource(changes, incremental=incremental)
@@ -82,7 +94,7 @@ def alter(ctx: RequestContext, request: Any, *, incremental: bool) -> dict[str, 
                 pending.append((result, op))
         except KafkaError as exc:
             result.update(error_code=exc.code, error_message=str(exc))
-    response = {"throttle_time": 0, "responses": results}
+    response: IncrementalAlterConfigsAnswer = {"throttle_time": 0, "responses": results}
     if not pending:
         return response
     deadline = ctx.broker.clock.monotonic_ms() + ETCD_WAIT_MS

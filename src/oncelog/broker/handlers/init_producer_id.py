@@ -8,19 +8,20 @@ id and bumps the epoch, fencing older sessions (and aborting their open transact
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
+from oncelog.broker.handlers.types import InitProducerIdAnswer, InitProducerIdRequest
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation as Op
 from oncelog.security.acl import ResourceType
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def handle(ctx: RequestContext, request: InitProducerIdRequest) -> InitProducerIdAnswer | Delayed:
     # Kafka: Write on the transactional id; an idempotent producer needs IdempotentWrite on
     # the cluster or Write on at least one topic.
     if request.transactional_id is not None:
@@ -31,7 +32,7 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     ):
         return _answer(ErrorCode.cluster_authorization_failed, -1, -1)
     if request.transactional_id is not None:
-        return _transactional(ctx, request)
+        return _transactional(ctx, request, request.transactional_id)
     try:
         producer_id = ctx.broker.replicas.producer_ids.next_id()
     except KafkaError as exc:  # a cluster's broker without a producer id block yet
@@ -39,9 +40,10 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
     return _answer(ErrorCode.none, producer_id, 0)
 
 
-def _transactional(ctx: RequestContext, request: Any) -> dict[str, Any] | Delayed:
+def _transactional(
+    ctx: RequestContext, request: InitProducerIdRequest, txn_id: str
+) -> InitProducerIdAnswer | Delayed:
     txns = ctx.broker.txns
-    txn_id = request.transactional_id
     ids = (-1, -1)
 
     def step() -> ErrorCode:
@@ -59,17 +61,20 @@ def _transactional(ctx: RequestContext, request: Any) -> dict[str, Any] | Delaye
         ids = (result.producer_id, result.producer_epoch)
         return code
 
-    def answer(error: ErrorCode) -> dict[str, Any]:
+    def answer(error: ErrorCode) -> dict[str, Any]:  # coordinator_wait's type
         code = for_version(error, ctx.api_key, ctx.api_version)
-        return _answer(code, *ids) if code == ErrorCode.none else _answer(code, -1, -1)
+        answered = _answer(code, *ids) if code == ErrorCode.none else _answer(code, -1, -1)
+        return cast("dict[str, Any]", answered)
 
     # A producer that starts again while its last transaction is being completed, or whose
     # open transaction this request fences and aborts, waits for the completion rather than
     # for a retry (coordinator_wait).
-    return after_previous_transaction(ctx, txn_id, step, answer)
+    # coordinator_wait answers with what `answer` returns.
+    answered = after_previous_transaction(ctx, txn_id, step, answer)
+    return cast("InitProducerIdAnswer | Delayed", answered)
 
 
-def _answer(code: ErrorCode, producer_id: int, epoch: int) -> dict[str, Any]:
+def _answer(code: ErrorCode, producer_id: int, epoch: int) -> InitProducerIdAnswer:
     return {
         "throttle_time": 0,
         "error_code": code,

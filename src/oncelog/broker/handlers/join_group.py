@@ -11,6 +11,8 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import JoinGroupAnswer, JoinGroupRequest
+from oncelog.broker.purgatory import Delayed
 from oncelog.coordinator.group.coordinator import WAITER_SLACK_MS, JoinRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
@@ -20,7 +22,7 @@ def _ms(value: Any) -> int:
     return int(value.total_seconds() * 1000)
 
 
-def handle(ctx: RequestContext, request: Any) -> Any:
+def handle(ctx: RequestContext, request: JoinGroupRequest) -> JoinGroupAnswer | Delayed:
     runtime = ctx.broker.groups
     version = ctx.api_version
     if not authz.group(ctx, Op.READ, request.group_id):
@@ -36,7 +38,7 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             "members": [],
         }
     session_ms = _ms(request.session_timeout)
-    rebalance_ms = _ms(request.rebalance_timeout) if version >= 1 else session_ms
+    rebalance_ms = _ms(getattr(request, "rebalance_timeout", None)) if version >= 1 else session_ms
     join = JoinRequest(
         group_id=request.group_id,
         member_id=request.member_id,
@@ -59,4 +61,6 @@ def handle(ctx: RequestContext, request: Any) -> Any:
             out["protocol_name"] = ""  # a non-nullable string before v7
         return out
 
-    return runtime.respond(result, request.group_id, wait_ms, shape)
+    # The group runtime frames the coordinator's reply with `shape`.
+    answered: JoinGroupAnswer | Delayed = runtime.respond(result, request.group_id, wait_ms, shape)
+    return answered

@@ -3,17 +3,16 @@ filters."""
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import ListGroupsAnswer, ListGroupsRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 
 CLASSIC = "classic"
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: ListGroupsRequest) -> ListGroupsAnswer:
     states = {s.lower() for s in getattr(request, "states_filter", ())}
     types = {t.lower() for t in getattr(request, "types_filter", ())}
     groups = []

@@ -6,6 +6,7 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import ListOffsetsAnswer, ListOffsetsRequest
 from oncelog.errors import ErrorCode, InvalidRequest, KafkaError
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import (
@@ -18,7 +19,7 @@ from oncelog.types import (
 )
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: ListOffsetsRequest) -> ListOffsetsAnswer:
     read_committed = getattr(request, "isolation_level", READ_UNCOMMITTED) == READ_COMMITTED
     topics = []
     for topic in request.topics:

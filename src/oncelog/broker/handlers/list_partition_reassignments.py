@@ -11,11 +11,17 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import (
+    ListPartitionReassignmentsAnswer,
+    ListPartitionReassignmentsRequest,
+)
 from oncelog.errors import ClusterAuthorizationFailed, ErrorCode
 from oncelog.security.acl import AclOperation as Op
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(
+    ctx: RequestContext, request: ListPartitionReassignmentsRequest
+) -> ListPartitionReassignmentsAnswer:
     if not authz.authorize_cluster(ctx, Op.DESCRIBE):
         denied = ClusterAuthorizationFailed("Cluster authorization failed.")
         return _response([], denied.code, str(denied))
@@ -48,5 +54,5 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
 
 def _response(
     topics: list[dict[str, Any]], code: ErrorCode = ErrorCode.none, message: str | None = None
-) -> dict[str, Any]:
+) -> ListPartitionReassignmentsAnswer:
     return {"throttle_time": 0, "error_code": code, "error_message": message, "topics": topics}

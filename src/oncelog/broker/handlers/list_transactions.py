@@ -3,17 +3,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.describe_transactions import STATE_NAMES
+from oncelog.broker.handlers.types import ListTransactionsAnswer, ListTransactionsRequest
 from oncelog.coordinator.txn.state import TxnState
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: ListTransactionsRequest) -> ListTransactionsAnswer:
     known = {name: state for state, name in STATE_NAMES.items()}
     wanted_states = {known[s] for s in request.state_filters if s in known}
     unknown = [s for s in request.state_filters if s not in known]

@@ -14,6 +14,7 @@ from typing import Any
 from oncelog.broker import authz
 from oncelog.broker.cluster_view import ClusterView
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import MetadataAnswer, MetadataRequest
 from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.config import validate_topic_name
 from oncelog.errors import ErrorCode, KafkaError
@@ -26,7 +27,7 @@ ZERO_UUID = uuid.UUID(int=0)
 OPERATIONS_NOT_REQUESTED = -(2**31)
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: MetadataRequest) -> MetadataAnswer:
     broker = ctx.broker
     replicas = broker.replicas
     requested = request.topics

@@ -11,13 +11,14 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import OffsetCommitAnswer, OffsetCommitRequest
 from oncelog.coordinator.group.records import OffsetValue
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitAnswer:
     runtime = ctx.broker.groups
     order, offsets, errors = requested_offsets(ctx, request)
     if not authz.group(ctx, Op.READ, request.group_id):
@@ -67,7 +68,7 @@ def requested_offsets(
 
 def partition_errors_response(
     order: list[TopicPartition], errors: dict[TopicPartition, ErrorCode]
-) -> dict[str, Any]:
+) -> OffsetCommitAnswer:
     """The response body both commit APIs share: an error code per partition, by topic."""
     topics: dict[str, list[dict[str, Any]]] = {}
     for tp in order:

@@ -12,12 +12,13 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import OffsetDeleteAnswer, OffsetDeleteRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: OffsetDeleteRequest) -> OffsetDeleteAnswer:
     runtime = ctx.broker.groups
     if not authz.group(ctx, Op.DELETE, request.group_id):
         denied = ErrorCode.group_authorization_failed

@@ -19,6 +19,7 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import OffsetFetchAnswer, OffsetFetchRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
@@ -29,11 +30,11 @@ BATCHED_VERSION = 8
 TOPIC_ID_VERSION = 10
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: OffsetFetchRequest) -> OffsetFetchAnswer:
     require_stable = bool(getattr(request, "require_stable", False))
     if ctx.api_version >= BATCHED_VERSION:
         groups = []
-        for group in request.groups:
+        for group in getattr(request, "groups", ()):  # v8+
             if ctx.api_version >= TOPIC_ID_VERSION:
                 error, topics = _fetch_group_by_id(
                     ctx, group.group_id, group.topics, require_stable
@@ -42,7 +43,9 @@ def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
                 error, topics = fetch_group(ctx, group.group_id, group.topics, require_stable)
             groups.append({"group_id": group.group_id, "topics": topics, "error_code": error})
         return {"throttle_time": 0, "groups": groups}
-    error, topics = fetch_group(ctx, request.group_id, request.topics, require_stable)
+    group_id: str = getattr(request, "group_id", "")  # v1-7
+    requested = getattr(request, "topics", None)
+    error, topics = fetch_group(ctx, group_id, requested, require_stable)
     return {"throttle_time": 0, "error_code": error, "topics": topics}
 
 

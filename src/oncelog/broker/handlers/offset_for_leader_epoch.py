@@ -12,13 +12,14 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import OffsetForLeaderEpochAnswer, OffsetForLeaderEpochRequest
 from oncelog.broker.replica_manager import LEADER_EPOCH
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: OffsetForLeaderEpochRequest) -> OffsetForLeaderEpochAnswer:
     replicas = ctx.broker.replicas
     # A follower's request needs ClusterAction on the cluster, a client's Describe on the topic.
     follower = getattr(request, "replica_id", -1) >= 0

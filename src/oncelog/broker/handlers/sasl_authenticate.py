@@ -3,13 +3,12 @@ Kafka's message (the exchange itself is oncelog.security.sasl's, before the hand
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import SaslAuthenticateAnswer, SaslAuthenticateRequest
 from oncelog.errors import ErrorCode
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: SaslAuthenticateRequest) -> SaslAuthenticateAnswer:
     return {
         "error_code": ErrorCode.illegal_sasl_state,
         "error_message": "SaslAuthenticate request received after successful authentication",

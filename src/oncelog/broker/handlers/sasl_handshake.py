@@ -4,11 +4,10 @@ server's network layer, oncelog.security.sasl, before requests reach the handler
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import SaslHandshakeAnswer, SaslHandshakeRequest
 from oncelog.errors import ErrorCode
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: SaslHandshakeRequest) -> SaslHandshakeAnswer:
     return {"error_code": ErrorCode.illegal_sasl_state, "mechanisms": []}

@@ -8,12 +8,14 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import SyncGroupAnswer, SyncGroupRequest
+from oncelog.broker.purgatory import Delayed
 from oncelog.coordinator.group.coordinator import WAITER_SLACK_MS
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 
 
-def handle(ctx: RequestContext, request: Any) -> Any:
+def handle(ctx: RequestContext, request: SyncGroupRequest) -> SyncGroupAnswer | Delayed:
     if not authz.group(ctx, Op.READ, request.group_id):
         return {
             "throttle_time": 0,
@@ -39,4 +41,8 @@ def handle(ctx: RequestContext, request: Any) -> Any:
     def shape(reply: dict[str, Any]) -> dict[str, Any]:
         return {"throttle_time": 0, **reply}
 
-    return runtime.respond(result, request.group_id, wait_ms, shape, replicated=True)
+    # The group runtime frames the coordinator's reply with `shape`.
+    answered: SyncGroupAnswer | Delayed = runtime.respond(
+        result, request.group_id, wait_ms, shape, replicated=True
+    )
+    return answered

@@ -18,12 +18,13 @@ from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.handlers.offset_commit import partition_errors_response, requested_offsets
+from oncelog.broker.handlers.types import TxnOffsetCommitAnswer, TxnOffsetCommitRequest
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCommitAnswer:
     runtime = ctx.broker.groups
     order, offsets, errors = requested_offsets(ctx, request)
     # Kafka: Write on the transactional id, Read on the group, Read on each topic (above).
