@@ -126,7 +126,7 @@ def handle(ctx: RequestContext, request: FetchRequest) -> FetchAnswer | Delayed:
 
 
 def _session(
-    ctx: RequestContext, request: Any, follower: bool
+    ctx: RequestContext, request: FetchRequest, follower: bool
 ) -> tuple[FetchSession | None, bool] | ErrorCode:
     """The request's fetch session (None: a full fetch without one) and whether the fetch is
     incremental, after applying the request to it; or the top-level error."""
@@ -141,7 +141,7 @@ def _session(
         if epoch != session.next_epoch:
             return ErrorCode.invalid_fetch_session_epoch
         session.next_epoch = epoch + 1 if epoch < _MAX_EPOCH else 1
-        session.forget(request.forgotten_topics_data)
+        session.forget(getattr(request, "forgotten_topics_data", ()))  # v7+, as sessions are
         session.add(request.topics)
         return session, True
     if session_id != INVALID_SESSION_ID:
@@ -261,7 +261,7 @@ class _Fetch:
     def __init__(
         self,
         ctx: RequestContext,
-        request: Any,
+        request: FetchRequest,
         topics: list[tuple[str, Iterable[Any]]],
         denied: dict[str, ErrorCode],
         session: FetchSession | None,

@@ -11,7 +11,11 @@ from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
-from oncelog.broker.handlers.types import OffsetCommitAnswer, OffsetCommitRequest
+from oncelog.broker.handlers.types import (
+    OffsetCommitAnswer,
+    OffsetCommitRequest,
+    TxnOffsetCommitRequest,
+)
 from oncelog.coordinator.group.records import OffsetValue
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
@@ -38,7 +42,7 @@ def handle(ctx: RequestContext, request: OffsetCommitRequest) -> OffsetCommitAns
 
 
 def requested_offsets(
-    ctx: RequestContext, request: Any
+    ctx: RequestContext, request: OffsetCommitRequest | TxnOffsetCommitRequest
 ) -> tuple[
     list[TopicPartition], dict[TopicPartition, OffsetValue], dict[TopicPartition, ErrorCode]
 ]:

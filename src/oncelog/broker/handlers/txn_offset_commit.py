@@ -12,8 +12,6 @@ transaction (consume-transform-produce).
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
@@ -54,7 +52,7 @@ def handle(ctx: RequestContext, request: TxnOffsetCommitRequest) -> TxnOffsetCom
     return partition_errors_response(order, errors)
 
 
-def _verify_producer(ctx: RequestContext, request: Any) -> ErrorCode:
+def _verify_producer(ctx: RequestContext, request: TxnOffsetCommitRequest) -> ErrorCode:
     """The producer's transaction must hold the group's offsets partition (KIP-890). In a
     cluster whose transaction coordinator for this producer is another broker, the check is
     left out, as before KIP-890 (`TxnRuntime.verify`)."""
