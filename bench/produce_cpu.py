@@ -35,12 +35,10 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.context import BrokerContext, Node
+from oncelog.broker.assembly import assemble
+from oncelog.broker.context import Node
 from oncelog.broker.dispatcher import Dispatcher, Reply
-from oncelog.broker.group_runtime import GroupRuntime
-from oncelog.broker.metrics import BrokerMetrics
-from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
-from oncelog.broker.txn_runtime import TxnRuntime
+from oncelog.broker.replica_manager import TopicSpec
 from oncelog.clock import ManualClock
 from oncelog.config import BrokerConfig
 from oncelog.fileio import FileRegion
@@ -129,16 +127,12 @@ def fetch_frame(partitions: int, offset: int) -> bytes:
 def broker(root: Path, partitions: int) -> Dispatcher:
     clock = ManualClock()
     config = BrokerConfig({"log.dirs": str(root)})
-    replicas = ReplicaManager(config, clock)
+    core = assemble(config, clock)  # the server's wiring (broker/assembly.py)
+    replicas = core.replicas
     replicas.startup()
-    groups = GroupRuntime(config, clock, replicas)
-    txns = TxnRuntime(config, clock, replicas)
-    replicas.txn_verifier = txns.verify
-    groups.startup()
-    txns.startup()
-    context = BrokerContext(
-        config, clock, replicas, Node(1, "127.0.0.1", 9092), groups, txns, metrics=BrokerMetrics()
-    )
+    core.groups.startup()
+    core.txns.startup()
+    context = core.context(Node(1, "127.0.0.1", 9092))
     context.metrics.attach(context)
     replicas.create_topic(TopicSpec(TOPIC, partitions, 1, {}))
     return Dispatcher(context)

@@ -57,13 +57,12 @@ from collections.abc import Awaitable, Callable, Hashable
 from pathlib import Path
 from typing import Any
 
-from oncelog.broker.context import BrokerContext, Node
+from oncelog.broker.assembly import ServerHooks, assemble
+from oncelog.broker.context import Node
 from oncelog.broker.dispatcher import Dispatcher, Pending, Reply
-from oncelog.broker.group_runtime import GroupRuntime
 from oncelog.broker.partition import ReplicaView
 from oncelog.broker.purgatory import Purgatory
 from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import ManualClock
 from oncelog.config import BrokerConfig
 from oncelog.protocol.codec import build, encode_entity, request_class
@@ -321,24 +320,18 @@ class _Leader:
     def __init__(self, root: Path) -> None:
         self.clock = ManualClock()
         config = cluster_config(root, 1)
-        self.replicas = ReplicaManager(config, self.clock)
+        self.to_wake: set[Hashable] = set()
+        core = assemble(config, self.clock, ServerHooks(wake=self.to_wake.update))
+        self.replicas = core.replicas
         self.replicas.startup()
-        groups = GroupRuntime(config, self.clock, self.replicas)
-        txns = TxnRuntime(config, self.clock, self.replicas)
-        self.replicas.txn_verifier = txns.verify
-        groups.startup()
-        txns.startup()
+        core.groups.startup()
+        core.txns.startup()
         self.replicas.producer_ids.add_block(PID, 1000)
         self.replicas.apply_topic(TOPIC, uuid.uuid4(), ((1, 2, 3),) * PARTITIONS, {}, False)
         for p in range(PARTITIONS):
             self.replicas.apply_partition_state(TopicPartition(TOPIC, p), _state())
-        context = BrokerContext(
-            config, self.clock, self.replicas, Node(1, "127.0.0.1", 9092), groups, txns
-        )
-        self.dispatcher = Dispatcher(context)
+        self.dispatcher = Dispatcher(core.context(Node(1, "127.0.0.1", 9092)))
         self.purgatory = Purgatory()
-        self.to_wake: set[Hashable] = set()
-        self.replicas.append_listener = self.to_wake.update
         self.finish: dict[int, Callable[[Any], Any]] = {}
         self.correlation = 0
         self.answers = 0
@@ -408,8 +401,8 @@ class _Leader:
 
     def wake(self) -> None:
         """The server's `_wake_pending`: complete what the appends / HW moves released."""
-        keys, self.to_wake = list(self.to_wake), set()
-        self.replicas.append_listener = self.to_wake.update
+        keys = list(self.to_wake)
+        self.to_wake.clear()
         for op, response in self.purgatory.on_append(keys):
             self.finish.pop(id(op))(response)
             self.answers += 1

@@ -16,6 +16,7 @@ from oncelog.clock import ManualClock
 from oncelog.config import LogConfig
 from oncelog.errors import CorruptMessage
 from oncelog.protocol.records.batch import iter_batches
+from oncelog.storage import follower_append
 from oncelog.storage.log_info import AppendOrigin
 from oncelog.storage.partition_log import PartitionLog
 from tests.storage.test_replication import (
@@ -28,14 +29,17 @@ from tests.storage.util import T0, append
 
 
 def counting_runs(plog: PartitionLog, monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The batches of each follower append that went run by run (`write_runs`)."""
     calls: list[int] = []
-    real = plog._follower_runs
+    real = follower_append.write_runs
 
-    def runs(view: memoryview, batches: list[Any], markers: dict[int, Any]) -> None:
+    def runs(
+        log: PartitionLog, view: memoryview, batches: list[Any], markers: dict[int, Any]
+    ) -> None:
         calls.append(len(batches))
-        real(view, batches, markers)
+        real(log, view, batches, markers)
 
-    monkeypatch.setattr(plog, "_follower_runs", runs)
+    monkeypatch.setattr(follower_append, "write_runs", runs)
     return calls
 
 

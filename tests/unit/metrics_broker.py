@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import struct
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -16,13 +17,12 @@ from kio.serial import entity_reader
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from oncelog.broker.context import BrokerContext, Node
+from oncelog.broker.assembly import ServerHooks, assemble
+from oncelog.broker.context import Node
 from oncelog.broker.dispatcher import Dispatcher, Outcome, Pending, Reply
-from oncelog.broker.group_runtime import GroupRuntime
 from oncelog.broker.metrics import BrokerMetrics
 from oncelog.broker.partition import ReplicaView
 from oncelog.broker.replica_manager import ReplicaManager, TopicSpec
-from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import ManualClock
 from oncelog.config import BrokerConfig
 from oncelog.fileio import FileRegion
@@ -72,30 +72,30 @@ class Timer:
 
 
 class Broker:
-    def __init__(self, root: Path, **overrides: str) -> None:
+    def __init__(self, root: Path, hooks: ServerHooks | None = None, **overrides: str) -> None:
+        """`hooks`: what the broker tells the server (`ServerHooks`: a cluster's marker
+        sending, say), inert unless given; its wake-ups go to `wake_listeners`."""
         self.clock = ManualClock()
         self.timer = Timer()
         self.config = BrokerConfig({"log.dirs": str(root), **overrides})
-        self.replicas = ReplicaManager(self.config, self.clock)
+        #: Told the keys each wake-up names (what the server's purgatory would complete).
+        self.wake_listeners: list[Callable[[list[Hashable]], object]] = []
+        hooks = replace(hooks or ServerHooks(), wake=self._wake)
+        core = assemble(self.config, self.clock, hooks, BrokerMetrics(now=self.timer))
+        self.replicas = core.replicas
         self.replicas.startup()
-        self.groups = GroupRuntime(self.config, self.clock, self.replicas)
-        self.txns = TxnRuntime(self.config, self.clock, self.replicas)
-        self.replicas.txn_verifier = self.txns.verify
-        self.txns.on_offsets_marker = self.groups.on_marker
+        self.groups = core.groups
+        self.txns = core.txns
         self.groups.startup()
         self.txns.startup()
-        self.context = BrokerContext(
-            self.config,
-            self.clock,
-            self.replicas,
-            Node(1, "127.0.0.1", 9092),
-            self.groups,
-            self.txns,
-            metrics=BrokerMetrics(now=self.timer),
-        )
+        self.context = core.context(Node(1, "127.0.0.1", 9092))
         self.metrics = self.context.metrics
         self.dispatcher = Dispatcher(self.context)
         self._correlation = 0
+
+    def _wake(self, keys: list[Hashable]) -> None:
+        for listener in self.wake_listeners:
+            listener(keys)
 
     def close(self) -> None:
         self.replicas.shutdown()

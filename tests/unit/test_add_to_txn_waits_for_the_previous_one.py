@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from oncelog.broker.assembly import ServerHooks
 from oncelog.broker.dispatcher import Pending, Reply
 from oncelog.coordinator.txn.state import TxnState
 from oncelog.errors import ErrorCode
@@ -32,7 +33,11 @@ class Cluster:
     partitions' leaders are held here until the test says they were written."""
 
     def __init__(self, root: Path) -> None:
-        self.broker = Broker(root, **CLUSTERED, **{"transaction.state.log.num.partitions": "1"})
+        self.sent: list[str] = []
+        hooks = ServerHooks(send_markers=lambda txn_id, *_: self.sent.append(txn_id))
+        self.broker = Broker(
+            root, hooks, **CLUSTERED, **{"transaction.state.log.num.partitions": "1"}
+        )
         broker = self.broker
         broker.lead("__transaction_state", internal=True)
         broker.lead("data")
@@ -40,10 +45,8 @@ class Cluster:
         broker.replicas.apply_partition_state(TXN, replica_state((1,), 1))
         broker.txns.on_leadership(TXN, True)
         broker.replicas.producer_ids.add_block(1000, 1000)
-        self.sent: list[str] = []
-        broker.txns.send_markers = lambda txn_id, *_: self.sent.append(txn_id)
         self.woken: list[object] = []
-        broker.replicas.append_listener = self.woken.extend
+        broker.wake_listeners.append(self.woken.extend)
         self.pid, self.epoch = broker.init_producer("tx")
 
     def add_partitions(self) -> Any:

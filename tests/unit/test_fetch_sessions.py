@@ -444,7 +444,7 @@ def test_a_parked_follower_fetch_waits_on_its_session_and_wakes_on_any_partition
     follower = _quiet_follower(broker)
     purgatory = Purgatory()
     done: list[Any] = []
-    broker.replicas.append_listener = lambda keys: done.extend(purgatory.on_append(keys))
+    broker.wake_listeners.append(lambda keys: done.extend(purgatory.on_append(keys)))
     handler = follower.handler
     assert handler is not None
     session = broker.context.fetch_sessions.get(handler.session_id, 0)
@@ -477,7 +477,7 @@ def test_a_parked_fetch_is_not_read_again_for_a_high_watermark_move(
     assert follower.end[TPS[0]] == 1
     purgatory = Purgatory()
     done: list[Any] = []
-    broker.replicas.append_listener = lambda keys: done.extend(purgatory.on_append(keys))
+    broker.wake_listeners.append(lambda keys: done.extend(purgatory.on_append(keys)))
     reads: list[TopicPartition] = []
     real = broker.replicas.follower_fetch
 

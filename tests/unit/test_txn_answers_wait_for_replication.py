@@ -97,7 +97,7 @@ def test_a_coordinator_record_wakes_the_fetches_waiting_on_its_partition(broker:
     at once: unwoken they would come only after replica.fetch.wait.max.ms (500 ms per
     coordinator answer, a second per transaction)."""
     woken: list[object] = []
-    broker.replicas.append_listener = woken.extend
+    broker.wake_listeners.append(woken.extend)
     outcome, _ = broker.dispatch(ApiKey.INIT_PRODUCER_ID, 4, INIT_TX)
     assert isinstance(outcome, Pending)
     assert TXN in woken

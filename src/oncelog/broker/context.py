@@ -62,6 +62,8 @@ class BrokerContext:
     node: Node
     groups: GroupRuntime
     txns: TxnRuntime
+    #: Incremental fetch sessions (KIP-227), which the replica manager also tells what moved.
+    fetch_sessions: FetchSessionCache
     metrics: BrokerMetrics = field(default_factory=BrokerMetrics)
     #: In a cluster: what etcd says, and the writes to it handlers may ask for.
     cluster: ClusterView | None = None
@@ -71,18 +73,11 @@ class BrokerContext:
     #: The SCRAM credentials SASL logins are checked against (the server's; Describe/
     #: AlterUserScramCredentials read and change them).
     scram: ScramCredentials = field(default_factory=ScramCredentials)
-    #: Incremental fetch sessions (KIP-227), sized by the configuration.
-    fetch_sessions: FetchSessionCache = field(init=False)
     #: Client quotas (AlterClientQuotas) and the rates they are enforced on.
     quotas: ClientQuotas = field(init=False)
 
     def __post_init__(self) -> None:
-        """The metrics watch these services from the start (their scraped state, and the
-        appends and fsyncs the replica manager reports)."""
-        self.fetch_sessions = FetchSessionCache(
-            self.config.get_int("max.incremental.fetch.session.cache.slots")
-        )
-        self.replicas.fetch_touched = self.fetch_sessions.touched
+        """The metrics watch these services' scraped state from the start."""
         self.quotas = ClientQuotas(
             self.clock,
             window_num=self.config.get_int("quota.window.num"),

@@ -56,7 +56,17 @@ def group_key(group_id: str) -> Hashable:
 
 
 class GroupRuntime:
-    def __init__(self, config: BrokerConfig, clock: Clock, replicas: ReplicaManager) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        replicas: ReplicaManager,
+        *,
+        wake: Callable[[list[Hashable]], None] | None = None,
+        timers_changed: Callable[[], None] | None = None,
+    ) -> None:
+        """`wake`: complete the purgatory's operations watching these keys (the server's);
+        `timers_changed`: the coordinator's next deadline may have moved earlier."""
         self.clock = clock
         self.replicas = replicas
         self.segment_bytes = config.get_int("offsets.topic.segment.bytes")
@@ -76,10 +86,8 @@ class GroupRuntime:
         self.retention_ms = (
             testing_ms if testing_ms >= 0 else config.get_int("offsets.retention.minutes") * 60_000
         )
-        #: Set by the server: complete purgatory operations watching these keys.
-        self.wake: Callable[[list[Hashable]], None] = lambda keys: None
-        #: Set by the server: the coordinator's next deadline may have moved earlier.
-        self.timers_changed: Callable[[], None] = lambda: None
+        self.wake = wake or _ignore
+        self.timers_changed = timers_changed or _nothing
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -293,3 +301,11 @@ class GroupRuntime:
             for record in batch:
                 self.coordinator.replay(record)
         self.replicas.notify_appended(appended)
+
+
+def _ignore(_keys: list[Hashable]) -> None:
+    pass
+
+
+def _nothing() -> None:
+    pass

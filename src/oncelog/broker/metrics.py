@@ -156,16 +156,13 @@ class BrokerMetrics:
     # -- wiring --------------------------------------------------------------------------------
 
     def attach(self, broker: BrokerContext) -> None:
-        """Watch `broker`: the replica manager reports appends and fsyncs here, and the
-        scraped state is read from its services."""
+        """Read `broker`'s services' state at scrape time (the appends and fsyncs the
+        replica manager reports come through its listeners, `broker/assembly.py`)."""
         if self._attached:
             return
         self._attached = True
         from oncelog.broker.metrics_collector import BrokerStateCollector
 
-        broker.replicas.appended = self.record_append
-        broker.replicas.replicated = self.record_replicated
-        broker.replicas.logs.flush_hook = self.time_flush
         self.registry.register(BrokerStateCollector(broker, self))
 
     def count_connections(self, count: Callable[[], int]) -> None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Literal, cast, overload
 
 from oncelog.broker.partition import Change, Partition, ReplicaView, Role
+from oncelog.broker.produce_verification import ProduceVerification
+from oncelog.broker.replica_listeners import ReplicaListeners
 from oncelog.broker.replication_quota import (
     FOLLOWER_REPLICAS,
     LEADER_REPLICAS,
@@ -25,14 +27,10 @@ from oncelog.broker.replication_quota import (
 from oncelog.clock import Clock
 from oncelog.config import BrokerConfig, LogConfig, validate_topic_configs, validate_topic_name
 from oncelog.errors import (
-    ErrorCode,
     FencedLeaderEpoch,
     InvalidPartitions,
-    InvalidProducerEpoch,
-    InvalidProducerIdMapping,
     InvalidReplicationFactor,
     InvalidRequest,
-    InvalidTxnState,
     KafkaStorageError,
     NotEnoughReplicas,
     NotLeaderOrFollower,
@@ -42,9 +40,9 @@ from oncelog.errors import (
     UnknownTopicOrPartition,
 )
 from oncelog.metadata.image import MetadataImage, TopicImage
-from oncelog.metadata.producer_ids import PRODUCER_ID_FILE, ProducerIdManager, ProducerIdPool
+from oncelog.metadata.producer_ids import ProducerIdManager, ProducerIdPool, producer_id_source
 from oncelog.producer_state.tracker import ProducerTracker
-from oncelog.protocol.records.batch import HEADER_SIZE, TRANSACTIONAL_FLAG, parse_header
+from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG
 from oncelog.replication.follower import follower_high_watermark
 from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanSwap, LogCleaner
 from oncelog.storage.log_info import AppendOrigin, EndTxnMarker, FollowerAppendInfo
@@ -72,9 +70,21 @@ class TopicSpec:
 
 
 class ReplicaManager:
-    def __init__(self, config: BrokerConfig, clock: Clock) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        *,
+        producer_ids: ProducerIdManager | ProducerIdPool | None = None,
+        listeners: ReplicaListeners | None = None,
+    ) -> None:
+        """`producer_ids`: shared with the transaction coordinator (`producer_id_source`
+        when not given); `listeners`: what appends and state changes are told
+        (`ReplicaListeners`, inert by default)."""
         self.config = config
         self.clock = clock
+        listeners = listeners or ReplicaListeners()
+        self.listeners = listeners
         self.metadata = MetadataImage.load_or_create(config.log_dirs[0], config.node_id)
         self.producer_tracker = ProducerTracker(config.get_int("producer.state.max.entries"))
         #: In a cluster (etcd.connect set) roles come from etcd, producer ids from its blocks.
@@ -85,12 +95,11 @@ class ReplicaManager:
             ProducerSettings(config.get_int("producer.id.expiration.ms"), self.producer_tracker),
             # A replicated log's high watermark is its own state (checkpointed), never the end.
             replication=self.clustered,
+            flush=listeners.flush,
+            rolled=listeners.segment_rolled,
+            checkpoint_soon=listeners.checkpoint_soon,
         )
-        self.producer_ids: ProducerIdManager | ProducerIdPool = (
-            ProducerIdPool()
-            if self.clustered
-            else ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)
-        )
+        self.producer_ids = producer_ids or producer_id_source(config)
         self.cleaner = LogCleaner(CleanerSettings.from_config(config), clock)
         self._log_configs: dict[str, LogConfig] = {}
         #: Dynamic broker configs in force ("" the cluster default, str(node id) this
@@ -100,31 +109,16 @@ class ReplicaManager:
             {} if self.clustered else dict(self.metadata.broker_configs)
         )
         self._effective: BrokerConfig | None = None
-        #: Set by the transaction runtime (KIP-890 verification); none: no transactions.
-        self.txn_verifier: Callable[[int, int, TopicPartition], ErrorCode] = _no_transactions
-        #: Set by the transaction runtime: does this broker coordinate producer id X?
-        self.txn_known: Callable[[int], bool] = lambda _pid: False
-        self.append_listener: Callable[[list[Hashable]], None] = lambda _: None
-        #: Set by the broker context: the fetch sessions' `touched`, which returns the keys of
-        #: the follower sessions holding these partitions (woken with them).
-        self.fetch_touched: Callable[[list[TopicPartition]], list[tuple[str, int]]] = (
-            lambda _: []
-        )
+        self.verification = ProduceVerification(listeners.transactions, self.clustered)
         #: In a cluster: this broker's replica of each partition it holds (else empty).
         self.replicas_by_tp: dict[TopicPartition, Partition] = {}
         #: In a cluster: (partition, offset its HW must reach, leader epoch) of coordinator
         #: records appended by the request being handled; the dispatcher holds the answer
         #: until they are replicated (Kafka's coordinators append with acks=all).
         self.coordinator_writes: list[tuple[TopicPartition, int, int]] = []
-        #: Called with (partition, proposed ISR) when a leader wants an ISR change written.
-        self.isr_change_listener: Callable[[Partition, frozenset[int]], None] = (
-            lambda _p, _isr: None
-        )
-        #: Told (topic, bytes, records) of each append that wrote (duplicates do not), for
-        #: the broker's metrics; records are counted from the batch headers.
-        self.appended: Callable[[str, int, int], None] = lambda _topic, _bytes, _records: None
-        #: Told (topic, bytes) of what this broker stored as a follower, for the metrics.
-        self.replicated: Callable[[str, int], None] = lambda _topic, _bytes: None
+        # The metrics' two, looked up once: they run on every append.
+        self._appended = listeners.appended
+        self._replicated = listeners.replicated
         #: ISR changes committed for partitions led here (Kafka's IsrShrinksPerSec and
         #: IsrExpandsPerSec), read by the metrics.
         self.isr_shrinks = 0
@@ -415,7 +409,7 @@ class ReplicaManager:
             validated = self._validated(plog, data, coordinator, verified)
             info = self._stored(tp, plog.append, validated, leader_epoch, origin)
             if not info.duplicate:
-                self.appended(tp.topic, len(records), validated.record_count)
+                self._appended(tp.topic, len(records), validated.record_count)
         if self.clustered:
             self.leader_appended(tp)
             if coordinator:
@@ -458,7 +452,7 @@ class ReplicaManager:
             if header.attributes & TRANSACTIONAL_FLAG and not coordinator:  # no property call
                 key = (header.producer_id, header.producer_epoch, tp)
                 if key not in verified:
-                    self._verify_transactional(plog, header.producer_id, header.producer_epoch)
+                    self.verification.check(plog, header.producer_id, header.producer_epoch)
             if header.producer_id >= self.producer_ids.allocated_below:
                 raise UnknownProducerId(
                     f"{tp}: producer id {header.producer_id} was never issued by this cluster"
@@ -472,7 +466,7 @@ class ReplicaManager:
         partition is throttled, in the follower's replication quota (in sync or not, as
         Kafka counts it)."""
         stored = plog.append(records, origin=AppendOrigin.REPLICATION)
-        self.replicated(tp.topic, stored.valid_bytes)
+        self._replicated(tp.topic, stored.valid_bytes)
         throttle = self.follower_throttle
         if throttle.applies(tp):
             throttle.record(stored.valid_bytes)
@@ -489,56 +483,13 @@ class ReplicaManager:
             if start > plog.log_start_offset:
                 plog.delete_records_before(start)
 
-    def _verify_transactional(self, plog: PartitionLog, producer_id: int, epoch: int) -> None:
-        """KIP-890's late-produce defence: transactional data is accepted only for a
-        partition the coordinator has in the producer's open transaction.
-
-        In a cluster whose coordinator for this producer is another broker, the produce
-        handler asked it first (`transactions_to_verify`, AddPartitionsToTxn verify-only);
-        later batches of the same transaction here need no new check."""
-        tp = plog.tp
-        if self.clustered and not self.txn_known(producer_id):
-            if self._in_open_transaction(plog, producer_id, epoch):
-                return
-            raise InvalidTxnState(
-                f"{tp}: producer {producer_id} epoch {epoch}: the transaction was not verified "
-                "with its coordinator"
-            )
-        code = self.txn_verifier(producer_id, epoch, tp)
-        if code == ErrorCode.none:
-            return
-        message = f"{tp}: producer {producer_id} epoch {epoch} has no open transaction here"
-        if code == ErrorCode.invalid_producer_epoch:
-            raise InvalidProducerEpoch(message)
-        if code == ErrorCode.invalid_producer_id_mapping:
-            raise InvalidProducerIdMapping(message)
-        raise InvalidTxnState(message)
-
-    @staticmethod
-    def _in_open_transaction(plog: PartitionLog, producer_id: int, epoch: int) -> bool:
-        entry = plog.producer_state.producers.get(producer_id)
-        return (
-            entry is not None
-            and entry.producer_epoch == epoch
-            and producer_id in plog.producer_state.ongoing_transactions()
-        )
-
     def transactions_to_verify(
         self, tp: TopicPartition, records: bytes | memoryview
     ) -> tuple[int, int] | None:
         """In a cluster: (producer id, epoch) when this partition's transactional batch opens
         a transaction here whose coordinator is another broker (it must be asked first)."""
-        if not self.clustered or len(records) < HEADER_SIZE:
-            return None
         plog = self.logs.get(tp)
-        if plog is None:
-            return None
-        header = parse_header(records, 0)  # a bad batch is refused by the append itself
-        if not header.is_transactional or self.txn_known(header.producer_id):
-            return None
-        if self._in_open_transaction(plog, header.producer_id, header.producer_epoch):
-            return None
-        return header.producer_id, header.producer_epoch
+        return None if plog is None else self.verification.to_verify(plog, records)
 
     def leader_appended(self, tp: TopicPartition) -> None:
         """The leader wrote to `tp` (a produce, a transaction marker): an ISR of the leader
@@ -555,8 +506,8 @@ class ReplicaManager:
         tell: it cannot complete a follower's parked fetch, which waits for records."""
         if not tps:
             return
-        sessions = self.fetch_touched(tps)
-        self.append_listener([*tps, *sessions] if wake_followers else [*tps])
+        sessions = self.listeners.fetch_touched(tps)
+        self.listeners.wake([*tps, *sessions] if wake_followers else [*tps])
 
     def read(
         self,
@@ -774,7 +725,7 @@ class ReplicaManager:
             expanded = leader.isr_to_expand(replica_id, plog.high_watermark)
             if expanded is not None:
                 leader.isr_proposed(expanded)
-                self.isr_change_listener(replica, expanded)
+                self.listeners.isr_change(replica, expanded)
         return result
 
     def maybe_shrink_isr(self) -> None:
@@ -794,7 +745,7 @@ class ReplicaManager:
                     leader.lag_time_max_ms,
                 )
                 leader.isr_proposed(shrunk)
-                self.isr_change_listener(replica, shrunk)
+                self.listeners.isr_change(replica, shrunk)
 
     def isr_change_done(self, tp: TopicPartition, view: ReplicaView | None) -> None:
         """The outcome of a proposed ISR change: the new state, or None when refused."""
@@ -842,7 +793,3 @@ class ReplicaManager:
 
     def clean_failed(self, job: CleanJob, exc: BaseException) -> None:
         self.cleaner.failed(job, exc)
-
-
-def _no_transactions(producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
-    return ErrorCode.invalid_txn_state

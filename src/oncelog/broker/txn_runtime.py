@@ -36,41 +36,70 @@ log = logging.getLogger(__name__)
 TXN_TOPIC = "__transaction_state"
 
 
+def txn_coordinator_for(
+    config: BrokerConfig, clock: Clock, next_producer_id: Callable[[], int]
+) -> TransactionCoordinator:
+    """The transaction coordinator's state machine with the broker's settings, made before
+    the replica manager, which asks it to verify transactional produces (`CoordinatorChecks`)."""
+    settings = TxnSettings(
+        max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
+        id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
+    )
+    return TransactionCoordinator(settings, clock, next_producer_id)
+
+
+class CoordinatorChecks:
+    """KIP-890's checks the replica manager asks of this broker's transaction coordinator
+    (`TransactionChecks`)."""
+
+    def __init__(self, coordinator: TransactionCoordinator, clustered: bool) -> None:
+        self.coordinator = coordinator
+        self.clustered = clustered
+
+    def knows(self, producer_id: int) -> bool:
+        return self.coordinator.transactional_id_of(producer_id) is not None
+
+    def verify(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
+        """In a cluster a producer whose coordinator is another broker is not checked here
+        (the produce handler asked that broker)."""
+        if self.clustered and not self.knows(producer_id):
+            return ErrorCode.none
+        return self.coordinator.verify_partition(producer_id, epoch, tp)
+
+
 class TxnRuntime:
-    def __init__(self, config: BrokerConfig, clock: Clock, replicas: ReplicaManager) -> None:
+    def __init__(
+        self,
+        config: BrokerConfig,
+        clock: Clock,
+        replicas: ReplicaManager,
+        coordinator: TransactionCoordinator | None = None,
+        *,
+        on_offsets_marker: Callable[[Marker], None] | None = None,
+        send_markers: Callable[[str, list[Marker], TopicPartition, int], None] | None = None,
+    ) -> None:
+        """`coordinator`: the state machine (`txn_coordinator_for`, made here when not
+        given). `on_offsets_marker`: the group coordinator's, deciding a transaction's staged
+        offsets when its marker is written. `send_markers`, in a cluster: once the
+        transaction's partition of `__transaction_state` is replicated up to the given
+        offset (so a failover cannot lose the Prepare* record: markers never precede a
+        durable decision), send the markers to the partitions' leaders (WriteTxnMarkers)
+        and call `markers_sent(txn_id, ok)`."""
         self.clock = clock
         self.replicas = replicas
         self.partitions = config.get_int("transaction.state.log.num.partitions")
         self.segment_bytes = config.get_int("transaction.state.log.segment.bytes")
-        self.coordinator = TransactionCoordinator(
-            TxnSettings(
-                max_timeout_ms=config.get_int("transaction.max.timeout.ms"),
-                id_expiration_ms=config.get_int("transactional.id.expiration.ms"),
-            ),
-            clock,
-            replicas.producer_ids.next_id,
+        self.coordinator = coordinator or txn_coordinator_for(
+            config, clock, replicas.producer_ids.next_id
         )
         #: Test fault injection (oncelog.testing.crash.after.prepare): die after Prepare*.
         self._crash_after_prepare = config.get("oncelog.testing.crash.after.prepare") is True
-        #: Set by the group runtime: apply a transaction's offsets to its group on a marker.
-        self.on_offsets_marker: Callable[[Marker], None] = lambda marker: None
-        #: Set by the server: wake fetches waiting on partitions that got markers.
-        self.notify: Callable[[list[TopicPartition]], None] = replicas.notify_appended
+        self.on_offsets_marker = on_offsets_marker or _ignore_marker
         self.clustered = replicas.clustered
-        replicas.txn_known = lambda pid: self.coordinator.transactional_id_of(pid) is not None
-        #: In a cluster, set by the server: once the transaction's partition of
-        #: `__transaction_state` is replicated up to the given offset (so a failover cannot
-        #: lose the Prepare* record: markers never precede a durable decision), send the
-        #: markers to the partitions' leaders (WriteTxnMarkers) and call
-        #: `markers_sent(txn_id, ok)`.
-        self.send_markers: Callable[[str, list[Marker], TopicPartition, int], None] | None = (
-            None
-        )
+        self.send_markers = send_markers
         self._sending: set[str] = set()
         if self.clustered:
-            self.coordinator.own_partitions(
-                lambda txn_id: partition_for(txn_id, self.partitions)
-            )
+            self.coordinator.own_partitions(lambda txn_id: partition_for(txn_id, self.partitions))
 
     # -- startup -----------------------------------------------------------------------------
 
@@ -104,7 +133,7 @@ class TxnRuntime:
         self.coordinator.unload(tp.partition)
         # Requests waiting on the partition's transactions try again: a deposed coordinator
         # answers them NOT_COORDINATOR now rather than when their wait runs out.
-        self.notify([tp])
+        self.replicas.notify_appended([tp])
         if not leader:
             return
         epoch = self.replicas.leader_epoch(tp)
@@ -124,11 +153,8 @@ class TxnRuntime:
             self._finish(txn_id)
 
     def verify(self, producer_id: int, epoch: int, tp: TopicPartition) -> ErrorCode:
-        """KIP-890's check before transactional data is accepted. In a cluster a producer
-        whose coordinator is another broker is not checked here (as before KIP-890)."""
-        if self.clustered and self.coordinator.transactional_id_of(producer_id) is None:
-            return ErrorCode.none
-        return self.coordinator.verify_partition(producer_id, epoch, tp)
+        """KIP-890's check (`CoordinatorChecks.verify`), for TxnOffsetCommit's partition."""
+        return CoordinatorChecks(self.coordinator, self.clustered).verify(producer_id, epoch, tp)
 
     def answer_when_replicated(self, txn_id: str) -> None:
         """In a cluster, hold the answer of a request about `txn_id` until every record of
@@ -214,7 +240,7 @@ class TxnRuntime:
                 failed += 1
             elif written:
                 touched.append(marker.tp)
-        self.notify(touched)
+        self.replicas.notify_appended(touched)
         if failed:
             log.error("transaction %s: %d markers not written; retrying later", txn_id, failed)
             return
@@ -300,4 +326,8 @@ class TxnRuntime:
                 self.coordinator.replay(record)
         # Wake the followers' waiting fetches: the answer waits until they have the records,
         # and unwoken they would come only after replica.fetch.wait.max.ms.
-        self.notify(appended)
+        self.replicas.notify_appended(appended)
+
+
+def _ignore_marker(_marker: Marker) -> None:
+    pass

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from oncelog.config import BrokerConfig
 from oncelog.errors import CoordinatorLoadInProgress
 from oncelog.storage.files import CorruptFileError, read_checked_json, write_checked_json
 
@@ -92,3 +93,11 @@ class ProducerIdPool:
 
     def ensure_above(self, producer_id: int) -> None:
         """Blocks come from etcd, past every id the cluster issued: nothing to do here."""
+
+
+def producer_id_source(config: BrokerConfig) -> ProducerIdManager | ProducerIdPool:
+    """Where a broker's producer ids come from: in a cluster (etcd.connect set) blocks
+    reserved in etcd, on a single node the metadata directory's `producer-id-block` file."""
+    if config.get("etcd.connect"):
+        return ProducerIdPool()
+    return ProducerIdManager(config.log_dirs[0] / PRODUCER_ID_FILE)

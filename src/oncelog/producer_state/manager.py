@@ -68,7 +68,10 @@ class ProducerStateManager:
         tp: TopicPartition,
         expiration_ms: int = DEFAULT_PRODUCER_ID_EXPIRATION_MS,
         tracker: ProducerTracker | None = None,
+        high_watermark: Callable[[], int | None] | None = None,
     ) -> None:
+        """`high_watermark`: the log's high watermark while it is replicated, None while it
+        is not (a single broker's: a marker decides its transaction at once)."""
         self.tp = tp
         self.expiration_ms = expiration_ms
         self.tracker = tracker if tracker is not None else ProducerTracker()
@@ -84,10 +87,8 @@ class ProducerStateManager:
         self._unreplicated: dict[int, int] = {}
         """first offset -> marker offset of each transaction whose marker is written here
         but may not be below the high watermark yet (Kafka's unreplicatedTxns)."""
-        self.high_watermark: Callable[[], int] | None = None
-        """The high watermark of a replicated log (None: not replicated, a marker decides its
-        transaction at once); transactions whose marker it passed are forgotten as each new
-        one is noted."""
+        self._high_watermark = high_watermark or _not_replicated
+        """Transactions whose marker it passed are forgotten as each new one is noted."""
         self.map_end_offset = 0
         """Offset up to which the state reflects the log (exclusive)."""
 
@@ -232,10 +233,10 @@ class ProducerStateManager:
         elif (
             self._ongoing.pop(info.producer_id, None) is not None
             and info.completed
-            and self.high_watermark is not None  # else decided by its marker at once
+            and (hw := self._high_watermark()) is not None  # else decided by its marker
         ):
             self._unreplicated[info.completed.first_offset] = info.completed.last_offset
-            self._forget_replicated(self.high_watermark())
+            self._forget_replicated(hw)
         self._store(info.producer_id, entry)
 
     def _store(self, producer_id: int, entry: ProducerStateEntry) -> None:
@@ -493,3 +494,7 @@ class _Producers(Mapping[int, ProducerStateEntry]):
 
     def __repr__(self) -> str:
         return repr(dict(self.items()))
+
+
+def _not_replicated() -> int | None:
+    return None

@@ -27,15 +27,14 @@ from collections.abc import Awaitable, Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
+from oncelog.broker.assembly import ServerHooks, assemble
 from oncelog.broker.authz import load_authorizer
 from oncelog.broker.context import BrokerContext, Node
 from oncelog.broker.dispatcher import Dispatcher
-from oncelog.broker.group_runtime import GroupRuntime
 from oncelog.broker.metrics import BrokerMetrics
+from oncelog.broker.partition import Partition
 from oncelog.broker.purgatory import Delayed, Purgatory
 from oncelog.broker.quotas import image_quotas
-from oncelog.broker.replica_manager import ReplicaManager
-from oncelog.broker.txn_runtime import TxnRuntime
 from oncelog.clock import Clock, SystemClock
 from oncelog.config import BrokerConfig, Listener
 from oncelog.coordinator.txn import Marker
@@ -142,25 +141,35 @@ class BrokerServer:
         #: Bound port of each listener, by name (in the order of `listeners`).
         self.ports: dict[str, int] = {}
         self.clock = clock or SystemClock()
-        self.replicas = ReplicaManager(config, self.clock)
         self.purgatory = Purgatory()
         self._to_wake: set[Hashable] = set()
-        self.replicas.append_listener = self._on_append
-        self.groups = GroupRuntime(config, self.clock, self.replicas)
-        self.groups.wake = self._on_append
-        self.groups.timers_changed = self._schedule_group_timer
-        self.txns = TxnRuntime(config, self.clock, self.replicas)
-        self.replicas.txn_verifier = self.txns.verify
-        self.txns.on_offsets_marker = self.groups.on_marker
+        clustered = bool(config.get("etcd.connect"))
+        # The wiring diagram is broker/assembly.py; these are what reaches this loop.
+        self.core = assemble(
+            config,
+            self.clock,
+            ServerHooks(
+                wake=self._on_append,
+                group_timers_changed=self._schedule_group_timer,
+                segment_rolled=self._rolled,
+                checkpoint_soon=self._checkpoint_files_soon,
+                isr_change=self._propose_isr,
+                send_markers=self._send_markers if clustered else None,
+            ),
+        )
+        self.replicas = self.core.replicas
+        self.groups = self.core.groups
+        self.txns = self.core.txns
         #: A broker of an etcd cluster (etcd.connect set), else None: a single node, which
         #: never imports the etcd client.
         self.cluster: ClusterRuntime | None = None
         self.markers: TxnMarkerSender
-        if self.replicas.clustered:
+        if clustered:
             from oncelog.server.cluster import ClusterRuntime
 
-            self.cluster = ClusterRuntime(config, self.replicas, self._on_append)
-            self.cluster.leadership_listener = self._leadership_moved
+            self.cluster = ClusterRuntime(
+                config, self.replicas, self._on_append, self._leadership_moved
+            )
             from oncelog.server.marker_sender import TxnMarkerSender
 
             self.markers = TxnMarkerSender(
@@ -170,7 +179,6 @@ class BrokerServer:
                 config.get_int("socket.receive.buffer.bytes"),
             )
             self.markers.security = self.cluster.channel_security
-            self.txns.send_markers = self._send_markers
         self._group_timer: asyncio.TimerHandle | None = None
         self._group_timer_at = 0
         self._expiry_timer: asyncio.TimerHandle | None = None
@@ -191,8 +199,6 @@ class BrokerServer:
         self._flushing = asyncio.Lock()
         self._roll_flush: asyncio.Future[None] | None = None
         self._roll_wanted = False
-        self.replicas.logs.roll_hook = self._rolled
-        self.replicas.logs.checkpoint_hook = self._checkpoint_files_soon
         self._checkpoint_files_wanted = False
         self._checkpoint_files_task: asyncio.Future[None] | None = None
 
@@ -240,9 +246,7 @@ class BrokerServer:
         inter_broker = self.config.inter_broker_listener_name
         _, host, port = next(ep for ep in endpoints if ep[0] == inter_broker)
         node = Node(self.config.node_id, host, port, tuple(endpoints))
-        context = BrokerContext(
-            self.config, self.clock, self.replicas, node, self.groups, self.txns
-        )
+        context = self.core.context(node)
         # A single node keeps its ACLs in the metadata image; a cluster's come from etcd.
         context.authorizer = load_authorizer(context, from_image=self.cluster is None)
         self._load_credentials_and_quotas(context)
@@ -364,6 +368,12 @@ class BrokerServer:
         if conn.admitted:
             conn.admitted = False
             self.quotas.release(conn.listener_name, conn.client_ip)
+
+    def _propose_isr(self, replica: Partition, isr: frozenset[int]) -> None:
+        """A leader's ISR change, written by the cluster runtime (only a clustered broker
+        has leaders with followers)."""
+        if self.cluster is not None:
+            self.cluster.propose_isr(replica, isr)
 
     def _send_markers(
         self, txn_id: str, markers: list[Marker], state_tp: TopicPartition, decided_below: int

@@ -88,7 +88,12 @@ class ClusterRuntime(
         config: BrokerConfig,
         replicas: ReplicaManager,
         wake: Callable[[Sequence[Hashable]], None],
+        leadership_listener: Callable[[TopicPartition, bool], None] | None = None,
     ) -> None:
+        """`wake`: complete the purgatory's operations watching these keys;
+        `leadership_listener`: told (partition, now leader) when this broker's leadership of
+        a partition begins or ends. The replica manager's ISR changes reach `propose_isr`
+        through the server."""
         etcd_connect = config.get("etcd.connect")
         assert isinstance(etcd_connect, str)
         self.target = parse_etcd_connect(etcd_connect)
@@ -123,7 +128,6 @@ class ClusterRuntime(
             f"broker-{config.node_id}-txn-verifier",
             config.get_int("socket.receive.buffer.bytes"),
         )
-        replicas.isr_change_listener = self._propose_isr
         self.verifier.security = self.channel_security
         self.store: EtcdStore | None = None
         self.lease: Lease | None = None
@@ -138,7 +142,7 @@ class ClusterRuntime(
         self._registered_at = 0.0
         #: Told when this broker starts or stops leading a partition (the coordinators load
         #: and unload their internal partitions on it).
-        self.leadership_listener: Callable[[TopicPartition, bool], None] = lambda _tp, _l: None
+        self.leadership_listener = leadership_listener or _no_leadership_listener
 
     # -- 1. start ---------------------------------------------------------------------------
 
@@ -481,7 +485,9 @@ class ClusterRuntime(
 
     # -- 4. ISR changes by the leader --------------------------------------------------------
 
-    def _propose_isr(self, replica: Partition, isr: frozenset[int]) -> None:
+    def propose_isr(self, replica: Partition, isr: frozenset[int]) -> None:
+        """Write a leader's ISR change to etcd (compare-and-swap), then tell the replica
+        manager the outcome (`isr_change_done`)."""
         asyncio.get_running_loop().create_task(self._write_isr(replica, isr))
 
     async def _write_isr(self, replica: Partition, isr: frozenset[int]) -> None:
@@ -627,3 +633,5 @@ def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
 
+def _no_leadership_listener(_tp: TopicPartition, _leader: bool) -> None:
+    pass

@@ -138,10 +138,19 @@ class LogManager:
         producers: ProducerSettings | None = None,
         *,
         replication: bool = False,
+        flush: Callable[[Callable[[], None]], None] | None = None,
+        rolled: Callable[[], None] | None = None,
+        checkpoint_soon: Callable[[], None] | None = None,
     ) -> None:
         """`replication`: a clustered broker; every partition loaded or created keeps its
         high watermark as state (`PartitionLog.enable_replication`). Partitions listed in
-        `replication-offset-checkpoint` are loaded replicated either way."""
+        `replication-offset-checkpoint` are loaded replicated either way.
+
+        The broker's hooks: `flush` runs every segment fsync of every partition (the
+        metrics time them); `rolled` is told when a partition rolled a segment (on whatever
+        thread appended: the broker then runs `flush_rolled` in a worker soon, not only on
+        its 1 s timer); `checkpoint_soon` writes the checkpoint files soon (the broker: in a
+        worker, off its event loop; None: at once)."""
         self.log_dirs = log_dirs
         self.clock = clock
         self.producers = producers or ProducerSettings()
@@ -156,14 +165,9 @@ class LogManager:
         self._files_written = 0
         """Numbers of the newest contents noted and written (`CheckpointFiles.seq`)."""
         self.clean_start = True
-        #: Runs every segment fsync of every partition (the broker times them for metrics).
-        self.flush_hook: Callable[[Callable[[], None]], None] = _run
-        #: Called when a partition rolled a segment (on whatever thread appended): the
-        #: broker then runs `flush_rolled` in a worker soon, not only on its 1 s timer.
-        self.roll_hook: Callable[[], None] = _nothing
-        #: Writes the checkpoint files soon (`checkpoint_soon`); the broker does it in a
-        #: worker, off its event loop. Without a broker: at once.
-        self.checkpoint_hook: Callable[[], None] = self.checkpoint
+        self._flush_hook = flush or _run
+        self._roll_hook = rolled or _nothing
+        self._checkpoint_hook = checkpoint_soon or self.checkpoint
         #: Renamed files of deleted segments and directories of deleted partitions, with
         #: when they are due (monotonic ms), for `remove_deleted` (a worker's).
         self._deleted: list[tuple[int, Path]] = []
@@ -172,10 +176,10 @@ class LogManager:
         self._hooks = LogHooks(self._flush, self._discard, self._rolled)
 
     def _flush(self, flush: Callable[[], None]) -> None:
-        self.flush_hook(flush)
+        self._flush_hook(flush)
 
     def _rolled(self) -> None:
-        self.roll_hook()
+        self._roll_hook()
 
     def startup(self, config_for: Callable[[str], LogConfig | None]) -> None:
         """Load every partition directory whose topic is known; recover after a crash."""
@@ -345,7 +349,7 @@ class LogManager:
         DeleteRecords, which Kafka Streams sends with every commit. Until they are written
         a crash restores the older log start offsets, as in Kafka, which only writes them
         every `log.flush.start.offset.checkpoint.interval.ms`."""
-        self.checkpoint_hook()
+        self._checkpoint_hook()
 
     def checkpoint_contents(self) -> CheckpointFiles:
         """What the checkpoint files would hold now (on the event loop, where the offsets

@@ -42,7 +42,7 @@ from oncelog.protocol.records.batch import (
     stamp_batch,
 )
 from oncelog.protocol.records.control import build_marker
-from oncelog.storage import log_loader, recovery_checkpoint
+from oncelog.storage import follower_append, log_loader, recovery_checkpoint
 from oncelog.storage.leader_epoch_cache import LeaderEpochCache
 from oncelog.storage.local_log import LocalLog, LogHooks
 from oncelog.storage.log_info import (
@@ -54,12 +54,12 @@ from oncelog.storage.log_info import (
     ReadResult,
     UnexpectedAppendOffset,
 )
-from oncelog.storage.producer_appends import find_duplicate, index_abort, replay_appended
+from oncelog.storage.producer_appends import find_duplicate, index_abort
 from oncelog.storage.recovery_checkpoint import RecoveryCheckpoint, SnapshotGuard
 from oncelog.storage.segment import LogSegment
 from oncelog.storage.swap_state import SegmentSwap, SwapState
 from oncelog.storage.txn_index import AbortedTxn
-from oncelog.storage.validator import ValidatedRecords, check_follower_batches
+from oncelog.storage.validator import ValidatedRecords
 from oncelog.types import TopicPartition
 
 __all__ = [
@@ -102,7 +102,9 @@ class PartitionLog:
         self._snapshots = SnapshotGuard()
         """The lock, generation, newest snapshot and snapshot floor (`recovery_checkpoint`)."""
         settings = producers or ProducerSettings()
-        self.producer_state = ProducerStateManager(tp, settings.expiration_ms, settings.tracker)
+        self.producer_state = ProducerStateManager(
+            tp, settings.expiration_ms, settings.tracker, self._replicated_high_watermark
+        )
         self.swaps = SwapState(self.local, self._snapshots, self.producer_state)
         """The cleaner's swap in flight, if any (`swaps.begin`, `swaps.run`, `finish_swap`)."""
         self.cleaner_checkpoint = 0
@@ -159,7 +161,7 @@ class PartitionLog:
     def rebuild_producer_state(self) -> None:
         """Load the newest usable producer snapshot, replay the batches after it (`log_loader`)."""
         self._snapshots.offset = log_loader.rebuild_producer_state(
-            self.local, self.producer_state, self.log_start_offset, self._index_abort
+            self.local, self.producer_state, self.log_start_offset, self.index_abort
         )
 
     # -- the segments (local_log.py) ---------------------------------------------------------
@@ -211,7 +213,9 @@ class PartitionLog:
         hw = self.high_watermark if initial_hw is None else initial_hw
         self._replicated = True
         self._high_watermark = self._clamp_hw(hw)
-        self.producer_state.high_watermark = lambda: self._high_watermark
+
+    def _replicated_high_watermark(self) -> int | None:
+        return self._high_watermark if self._replicated else None
 
     def _clamp_hw(self, hw: int) -> int:
         return min(max(hw, self.log_start_offset), self.log_end_offset)
@@ -277,7 +281,7 @@ class PartitionLog:
         if origin is AppendOrigin.REPLICATION and not isinstance(
             records, (ValidatedRecords, EndTxnMarker)
         ):
-            return self._append_replicated(records)
+            return follower_append.append_replicated(self, records)
         if origin is AppendOrigin.COORDINATOR:
             if isinstance(records, EndTxnMarker):
                 return self._append_marker(records, leader_epoch)
@@ -311,7 +315,7 @@ class PartitionLog:
         else:
             max_ts = max(header.max_timestamp for _, header in records.batches)
         self._maybe_roll(len(records.data), max_ts, records)
-        self._assign_epoch(leader_epoch, self.log_end_offset)
+        self.note_epoch(leader_epoch, self.log_end_offset)
         source = memoryview(records.data)
         pieces: list[bytes | bytearray | memoryview] = []
         next_offset = self.log_end_offset
@@ -432,12 +436,12 @@ class PartitionLog:
         completed = info.end_transaction(
             producer_epoch, coordinator_epoch, commit, offset, check=True
         )
-        self._assign_epoch(leader_epoch, offset)
+        self.note_epoch(leader_epoch, offset)
         rewrite_offsets(batch, 0, offset, leader_epoch)
         self.active.append([batch], [(0, parse_header(batch, 0))])
         if completed.aborted:
             try:
-                self._index_abort(completed, closing=True)
+                self.index_abort(completed, closing=True)
             except OSError:
                 # Kept without its index entry, the abort would be invisible to read_committed
                 # fetches: the marker goes too and the caller retries it.
@@ -447,7 +451,7 @@ class PartitionLog:
         self.producer_state.map_end_offset = offset + 1
         return AppendInfo(offset, offset, -1, self.log_start_offset)
 
-    def _index_abort(self, txn: CompletedTxn, *, closing: bool = False) -> None:
+    def index_abort(self, txn: CompletedTxn, *, closing: bool = False) -> None:
         """Record an aborted transaction in `.txnindex` (`producer_appends`)."""
         index = self.local.segment_for(txn.last_offset).txn_index
         index_abort(index, self.producer_state, txn, closing)
@@ -456,7 +460,7 @@ class PartitionLog:
         """Aborted transactions overlapping [start, upper), as read_committed fetches need."""
         return self.local.aborted_transactions(start, upper)
 
-    def _assign_epoch(self, epoch: int, start_offset: int) -> None:
+    def note_epoch(self, epoch: int, start_offset: int) -> None:
         """Note a batch of leader epoch `epoch` at `start_offset` (before it is written, as
         Kafka does: an entry without data is harmless, data without its entry is not).
         Negative epochs (batches stored without one) are not recorded."""
@@ -484,76 +488,6 @@ class PartitionLog:
         """The end of `epoch` in this log: the start of the next higher epoch, the log end
         for the latest epoch; -1 when no epoch at or below `epoch` is known."""
         return self.leader_epoch_cache.local_end_offset_for(epoch, self.log_end_offset)
-
-    def _append_replicated(self, data: bytes | bytearray | memoryview) -> FollowerAppendInfo:
-        """Store batches fetched from the leader byte for byte, with their offsets and
-        partition leader epochs.
-
-        Every complete batch is checked first (`validator.check_follower_batches`: framing,
-        magic, CRC32C, offsets increasing, the first not below the log end:
-        `UnexpectedAppendOffset` otherwise), so an error writes nothing. A partial batch at
-        the end (a fetch cuts batches at its size limit) is ignored. Offsets may leave gaps,
-        as a cleaned (compacted) leader log does. The batches roll segments as the leader's
-        appends did, update producer state through the same replay recovery uses (aborts are
-        indexed in `.txnindex` as the markers arrive), and the leader epoch cache from their
-        partition leader epochs.
-        """
-        view = memoryview(data)
-        local = self.local
-        batches, markers, valid, records, max_timestamp = check_follower_batches(
-            view, self.tp, local.segments[-1].next_offset, self.log_start_offset
-        )
-        if not batches:
-            return FollowerAppendInfo(-1, -1, 0, 0)
-        n = len(batches)
-        first = batches[0][1]
-        last = batches[-1][1]
-        if not local.fits_one_write(first, last, n, valid, max_timestamp):
-            self._follower_runs(view, batches, markers)
-        else:
-            # The common case: everything goes into the active segment in one write.
-            latest = self.leader_epoch_cache.latest_epoch
-            for _, header in batches:
-                if header.partition_leader_epoch > latest:
-                    self._assign_epoch(header.partition_leader_epoch, header.base_offset)
-                    latest = self.leader_epoch_cache.latest_epoch
-            local.segments[-1].append([view[:valid]], batches)
-            headers = [h for _, h in batches]
-            if markers:
-                replay_appended(self.producer_state, headers, markers, self._index_abort)
-            else:
-                self.producer_state.replay_data(headers)
-        self.producer_state.map_end_offset = self.log_end_offset
-        local.unflushed_messages += records
-        if local.unflushed_messages >= local.config.flush_messages:
-            self.flush()
-        return FollowerAppendInfo(
-            first.base_offset, last.base_offset + last.last_offset_delta, n, valid, records
-        )
-
-    def _follower_runs(
-        self,
-        view: memoryview,
-        batches: list[tuple[int, BatchHeader]],
-        markers: dict[int, tuple[bool, int]],
-    ) -> None:
-        """Write a follower append run by run, rolling between them as the leader did: each
-        batch rolls exactly when the leader's append of it alone would have."""
-        local = self.local
-        i, n = 0, len(batches)
-        while i < n:
-            first = batches[i][1]
-            if local.first_rolls(first):
-                self.roll(first.base_offset)
-            else:
-                local.replace_empty_active(first)
-            j = local.run_end(batches, i)
-            run = batches[i:j]
-            for _, header in run:
-                self._assign_epoch(header.partition_leader_epoch, header.base_offset)
-            local.append_run(view, run)
-            replay_appended(self.producer_state, [h for _, h in run], markers, self._index_abort)
-            i = j
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Delete every segment, producer snapshot and epoch entry and start an empty log at
