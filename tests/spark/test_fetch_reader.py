@@ -181,3 +181,27 @@ def test_spark_reads_the_same_with_either_reader(spark: Any, broker: BrokerProce
         assert len(fetched) > 100
     finally:
         open_txn.abort_transaction(30)
+
+
+def test_fetch_reader_without_the_c_extension(
+    broker: BrokerProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pure-Python decoder (the fallback when the C helper is not built) reads the same."""
+    from oncelog.protocol.records import columns
+
+    topic = f"nocext-{uuid.uuid4().hex[:8]}"
+    open_txn = _messy_partition(broker.bootstrap, topic)
+    try:
+        opts = _options(broker.bootstrap, topic, "read_committed")
+        fetcher = OffsetFetcher(opts)
+        try:
+            (_, low), (_, high) = (x.popitem() for x in fetcher.watermarks([(topic, 0)]))
+        finally:
+            fetcher.close()
+        schema = to_arrow_schema(source_schema(True), timezone="UTC")
+        whole = OffsetRange(topic, 0, low, high)
+        with_c = _rows(list(fetch_range(opts, whole, schema)))
+        monkeypatch.setattr(columns, "_speedups", None)
+        assert _rows(list(fetch_range(opts, whole, schema))) == with_c
+    finally:
+        open_txn.abort_transaction(30)
