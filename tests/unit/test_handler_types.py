@@ -16,9 +16,8 @@ from oncelog.protocol.registry import SUPPORTED_VERSIONS, ApiKey
 
 ROOT = Path(__file__).resolve().parents[2]
 
-#: Still `request: Any` (issue 39 types them with the append path's change): strict xfails,
-#: which fail once typed, so the entry is removed then.
-NOT_YET_TYPED = {ApiKey.PRODUCE, ApiKey.WRITE_TXN_MARKERS}
+#: Handlers still `request: Any` would be strict xfails here (none left).
+NOT_YET_TYPED: set[ApiKey] = set()
 
 
 @pytest.mark.parametrize(

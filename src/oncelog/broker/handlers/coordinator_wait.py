@@ -15,8 +15,8 @@ without the pause.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TypeVar
 
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import CloseConnection
@@ -30,11 +30,14 @@ from oncelog.types import TopicPartition
 COORDINATOR_WRITE_TIMEOUT_MS = 5_000
 
 Writes = Sequence[tuple[TopicPartition, int, int]]
+T = TypeVar("T")
+#: An API's answer (`types.<Api>Answer`, a TypedDict).
+A = TypeVar("A", bound=Mapping[str, object])
 
 
 def answer_once_replicated(
-    replicas: ReplicaManager, writes: Writes, answer: Any, force: bool
-) -> Any:
+    replicas: ReplicaManager, writes: Writes, answer: T, force: bool
+) -> T | CloseConnection | None:
     """A held coordinator answer's `try_complete`: `answer` once `writes` (partition, end,
     leader epoch) are replicated, None while they are not, CloseConnection when a
     leadership moved or (`force`) the time ran out: the client retries with the new
@@ -51,8 +54,8 @@ def after_previous_transaction(
     ctx: RequestContext,
     txn_id: str,
     step: Callable[[], ErrorCode],
-    answer: Callable[[ErrorCode], dict[str, Any]],
-) -> dict[str, Any] | Delayed:
+    answer: Callable[[ErrorCode], A],
+) -> A | Delayed:
     """Run `step` (a coordinator operation of `txn_id`, returning its error) and answer with
     `answer(error)`; while `step` finds the previous transaction still completing
     (CONCURRENT_TRANSACTIONS), wait for the completion and run it again.
@@ -69,9 +72,9 @@ def after_previous_transaction(
     replicas = ctx.broker.replicas
     txns = ctx.broker.txns
     writes: list[tuple[TopicPartition, int, int]] = []
-    answered: dict[str, Any] | None = None
+    answered: A | None = None
 
-    def attempt(force: bool) -> Any:
+    def attempt(force: bool) -> A | CloseConnection | None:
         nonlocal answered
         if answered is None:
             if force:
@@ -92,7 +95,7 @@ def after_previous_transaction(
     # The first step may have completed the transaction itself (a single broker writes the
     # markers of the transaction InitProducerId fences at once): try again before waiting.
     ready = attempt(False)
-    if isinstance(ready, dict):
+    if ready is not None and not isinstance(ready, CloseConnection):
         return ready
     deadline = ctx.broker.clock.monotonic_ms() + COORDINATOR_WRITE_TIMEOUT_MS
     return Delayed(attempt, deadline, (txns.state_partition(txn_id),))

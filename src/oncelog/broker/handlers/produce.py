@@ -21,7 +21,9 @@ from oncelog.broker import authz
 from oncelog.broker.cluster_view import PendingOp
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers import NO_RESPONSE, CloseConnection
+from oncelog.broker.handlers.types import ProduceAnswer, ProduceRequest
 from oncelog.broker.purgatory import Delayed
+from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.protocol.fast_requests import produce_timeout_ms
 from oncelog.security.acl import AclOperation as Op
@@ -32,7 +34,8 @@ from oncelog.types import TopicPartition
 log = logging.getLogger(__name__)
 
 
-def handle(ctx: RequestContext, request: Any) -> Any:
+def handle(ctx: RequestContext, request: ProduceRequest) -> ProduceAnswer | Delayed | object:
+    """`object`: `NO_RESPONSE`, for acks=0."""
     denied = _unauthorized(ctx, request)
     asks = _verifications(ctx, request, denied)
     if not asks:
@@ -50,7 +53,7 @@ _NONE = ErrorCode.none
 _new_tuple = tuple.__new__
 
 
-def _has_transactional_batch(request: Any) -> bool:
+def _has_transactional_batch(request: ProduceRequest) -> bool:
     """Whether any partition's batch is transactional (one byte read per partition)."""
     for topic in request.topic_data:
         for pdata in topic.partition_data:
@@ -60,7 +63,7 @@ def _has_transactional_batch(request: Any) -> bool:
     return False
 
 
-def _unauthorized(ctx: RequestContext, request: Any) -> dict[TopicPartition, ErrorCode]:
+def _unauthorized(ctx: RequestContext, request: ProduceRequest) -> dict[TopicPartition, ErrorCode]:
     """Kafka's checks, before anything is appended: transactional batches need Write on the
     request's transactional id (else every partition fails), each topic Write."""
     txn_id = getattr(request, "transactional_id", None)
@@ -107,7 +110,7 @@ class _Unverified(Exception):
 
 
 def _verifications(
-    ctx: RequestContext, request: Any, denied: dict[TopicPartition, ErrorCode]
+    ctx: RequestContext, request: ProduceRequest, denied: dict[TopicPartition, ErrorCode]
 ) -> list[tuple[PendingOp, int, int]]:
     """In a cluster: ask the coordinators of transactions that open here first (KIP-890)."""
     replicas, ops = ctx.broker.replicas, ctx.broker.cluster_ops
@@ -131,7 +134,7 @@ def _verifications(
 
 def _after_verification(
     ctx: RequestContext,
-    request: Any,
+    request: ProduceRequest,
     asks: list[tuple[PendingOp, int, int]],
     denied: dict[TopicPartition, ErrorCode],
 ) -> Delayed:
@@ -181,11 +184,11 @@ def _after_verification(
 
 def _produce(
     ctx: RequestContext,
-    request: Any,
+    request: ProduceRequest,
     verified: frozenset[tuple[int, int, TopicPartition]],
     refused: dict[TopicPartition, ErrorCode],
     denied: dict[TopicPartition, ErrorCode],
-) -> Any:
+) -> ProduceAnswer | Delayed | object:
     replicas = ctx.broker.replicas
     acks = request.acks
     responses: list[dict[str, Any]] = []
@@ -227,11 +230,11 @@ def _produce(
         if failed:
             raise CloseConnection("acks=0 produce failed")
         return NO_RESPONSE
-    response = {"responses": responses, "throttle_time": 0}
+    response: ProduceAnswer = {"responses": responses, "throttle_time": 0}
     if not waiting:
         return response
 
-    def attempt(force: bool) -> dict[str, Any] | None:
+    def attempt(force: bool) -> ProduceAnswer | None:
         pending = [w for w in waiting if not _replicated(replicas, *w, force=force)]
         waiting[:] = pending
         return response if not pending else None
@@ -288,7 +291,7 @@ def _append_partition(
 
 
 def _replicated(
-    replicas: Any,
+    replicas: ReplicaManager,
     tp: TopicPartition,
     required: int,
     epoch: int,

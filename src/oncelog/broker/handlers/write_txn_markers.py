@@ -8,17 +8,16 @@ write the local coordinator uses (`TxnRuntime.write_marker`), so epoch fencing a
 
 from __future__ import annotations
 
-from typing import Any
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
+from oncelog.broker.handlers.types import WriteTxnMarkersAnswer, WriteTxnMarkersRequest
 from oncelog.coordinator.txn import Marker
 from oncelog.errors import ErrorCode, KafkaError
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
 
 
-def handle(ctx: RequestContext, request: Any) -> dict[str, Any]:
+def handle(ctx: RequestContext, request: WriteTxnMarkersRequest) -> WriteTxnMarkersAnswer:
     replicas = ctx.broker.replicas
     results = []
     touched: list[TopicPartition] = []
