@@ -3,8 +3,6 @@ so the offsets the producer commits with TxnOffsetCommit get the transaction's m
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.group_runtime import OFFSETS_TOPIC
@@ -32,12 +30,8 @@ def handle(ctx: RequestContext, request: AddOffsetsToTxnRequest) -> AddOffsetsTo
         )
         return txns.run(result, request.transactional_id)
 
-    def answer(error: ErrorCode) -> dict[str, Any]:
+    def answer(error: ErrorCode) -> AddOffsetsToTxnAnswer:
         return {"throttle_time": 0, "error_code": for_version(error, ctx.api_key, ctx.api_version)}
 
     # As AddPartitionsToTxn: wait for the previous transaction's completion, not a retry.
-    # coordinator_wait answers with what `answer` returns.
-    return cast(
-        "AddOffsetsToTxnAnswer | Delayed",
-        after_previous_transaction(ctx, request.transactional_id, step, answer),
-    )
+    return after_previous_transaction(ctx, request.transactional_id, step, answer)

@@ -11,7 +11,7 @@ before accepting a transaction's first batch when the coordinator is another bro
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, cast
+from typing import Any
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
@@ -60,15 +60,12 @@ def handle(
         result = txns.coordinator.add_partitions(txn_id, producer_id, producer_epoch, tps)
         return txns.run(result, txn_id)
 
-    def answer(error: ErrorCode) -> dict[str, Any]:  # coordinator_wait's type
-        codes = dict.fromkeys(tps, for_version(error, ctx.api_key, ctx.api_version))
-        return cast("dict[str, Any]", _answer(codes))
+    def answer(error: ErrorCode) -> AddPartitionsToTxnAnswer:
+        return _answer(dict.fromkeys(tps, for_version(error, ctx.api_key, ctx.api_version)))
 
     # The producer's next transaction often starts while its last one's markers are being
     # written: wait for them rather than answer CONCURRENT_TRANSACTIONS (coordinator_wait).
-    # coordinator_wait answers with what `answer` returns.
-    answered = after_previous_transaction(ctx, txn_id, step, answer)
-    return cast("AddPartitionsToTxnAnswer | Delayed", answered)
+    return after_previous_transaction(ctx, txn_id, step, answer)
 
 
 def _answer(codes: dict[TopicPartition, ErrorCode]) -> AddPartitionsToTxnAnswer:

@@ -7,8 +7,6 @@ the completion (`coordinator_wait`), up to 5 s, then gets CONCURRENT_TRANSACTION
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
@@ -33,13 +31,9 @@ def handle(ctx: RequestContext, request: EndTxnRequest) -> EndTxnAnswer | Delaye
         )
         return txns.run(result, request.transactional_id)
 
-    def answer(error: ErrorCode) -> dict[str, Any]:
+    def answer(error: ErrorCode) -> EndTxnAnswer:
         return {"throttle_time": 0, "error_code": for_version(error, ctx.api_key, ctx.api_version)}
 
     # A retried EndTxn that finds its decision still completing waits for the completion
     # (coordinator_wait) and is then answered as the retry after it would be.
-    # coordinator_wait answers with what `answer` returns.
-    return cast(
-        "EndTxnAnswer | Delayed",
-        after_previous_transaction(ctx, request.transactional_id, step, answer),
-    )
+    return after_previous_transaction(ctx, request.transactional_id, step, answer)

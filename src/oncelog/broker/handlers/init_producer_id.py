@@ -8,8 +8,6 @@ id and bumps the epoch, fencing older sessions (and aborting their open transact
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
 from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
@@ -61,17 +59,14 @@ def _transactional(
         ids = (result.producer_id, result.producer_epoch)
         return code
 
-    def answer(error: ErrorCode) -> dict[str, Any]:  # coordinator_wait's type
+    def answer(error: ErrorCode) -> InitProducerIdAnswer:
         code = for_version(error, ctx.api_key, ctx.api_version)
-        answered = _answer(code, *ids) if code == ErrorCode.none else _answer(code, -1, -1)
-        return cast("dict[str, Any]", answered)
+        return _answer(code, *ids) if code == ErrorCode.none else _answer(code, -1, -1)
 
     # A producer that starts again while its last transaction is being completed, or whose
     # open transaction this request fences and aborts, waits for the completion rather than
     # for a retry (coordinator_wait).
-    # coordinator_wait answers with what `answer` returns.
-    answered = after_previous_transaction(ctx, txn_id, step, answer)
-    return cast("InitProducerIdAnswer | Delayed", answered)
+    return after_previous_transaction(ctx, txn_id, step, answer)
 
 
 def _answer(code: ErrorCode, producer_id: int, epoch: int) -> InitProducerIdAnswer:
