@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from oncelog.broker.handlers import CloseConnection
-from oncelog.broker.internal_topics import internal_topic_configs, read_entries
+from oncelog.broker.internal_topics import OFFSETS_TOPIC, internal_topic_configs, read_entries
 from oncelog.broker.purgatory import Delayed
 from oncelog.broker.replica_manager import ReplicaManager
 from oncelog.clock import Clock
@@ -36,7 +36,6 @@ from oncelog.types import TopicPartition
 
 log = logging.getLogger(__name__)
 
-OFFSETS_TOPIC = "__consumer_offsets"
 
 
 #: Append errors a transactional offset commit's producer should see as they are.

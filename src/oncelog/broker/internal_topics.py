@@ -14,6 +14,9 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
+#: The group coordinator's topic (Kafka's name).
+OFFSETS_TOPIC = "__consumer_offsets"
+
 #: oncelog's own: an internal topic's active segment rolls (KIP-354) once its first record
 #: is a minute old, so the cleaner reaches it; Kafka leaves this at its default (never).
 INTERNAL_MAX_COMPACTION_LAG_MS = 60_000

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
+import signal
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
@@ -127,3 +128,9 @@ def exits_quietly(run: Callable[[Any], int]) -> Callable[[Any], int]:
             return EXIT_BROKEN_PIPE
 
     return wrapper
+
+
+def exit_on_sigterm() -> None:
+    """SIGTERM (a CI cancel, `timeout`) ends a long command like Ctrl-C: the brokers, etcd
+    and client processes it started are stopped on the way out, not left behind."""
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))

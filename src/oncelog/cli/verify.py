@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import signal
 import sys
 import time
 from collections import Counter
@@ -16,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from oncelog.cli import verify_transactions
-from oncelog.cli.console import BootstrapServers
+from oncelog.cli.console import BootstrapServers, exit_on_sigterm
 from oncelog.verify.checker import ALLOWED, CheckResult, check, write_report
 from oncelog.verify.history import (
     TOPIC_COUNTS,
@@ -140,12 +139,6 @@ def run_check(args: argparse.Namespace) -> int:
     if args.timeline:
         write_timeline(ops, args.timeline, f"oncelog verify: {args.history}", result)
     return 0 if result.ok else 1
-
-
-def exit_on_sigterm() -> None:
-    """SIGTERM (a CI cancel, `timeout`) ends the run like Ctrl-C: the brokers, etcd and
-    client processes it started are stopped on the way out, not left behind."""
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
 
 
 def run_workload(args: argparse.Namespace) -> int:

@@ -16,7 +16,7 @@ from typing import Any
 
 from confluent_kafka import KafkaException
 
-from oncelog.cli.console import BootstrapServers
+from oncelog.cli.console import BootstrapServers, exit_on_sigterm
 from oncelog.verify.txn_system import FAULT_KINDS, RunBroken, TxnTestConfig, run, summary
 
 
@@ -161,7 +161,6 @@ def config_from(args: argparse.Namespace) -> TxnTestConfig:
 def run_transactions(args: argparse.Namespace) -> int:
     """Exit 0 when every input was copied exactly once and in order, 1 on anomalies, 2 when
     the run broke (usage errors included)."""
-    from oncelog.cli.verify import exit_on_sigterm  # here: that module imports this one
 
     exit_on_sigterm()
     try:

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
-from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.handlers.coordinator_wait import after_previous_transaction
 from oncelog.broker.handlers.txn_errors import for_version
 from oncelog.broker.handlers.types import AddOffsetsToTxnAnswer, AddOffsetsToTxnRequest
+from oncelog.broker.internal_topics import OFFSETS_TOPIC
 from oncelog.broker.purgatory import Delayed
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op

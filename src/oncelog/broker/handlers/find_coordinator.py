@@ -15,9 +15,8 @@ from typing import TypedDict
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
-from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.handlers.types import FindCoordinatorAnswer, FindCoordinatorRequest
-from oncelog.broker.internal_topics import internal_topic_configs
+from oncelog.broker.internal_topics import OFFSETS_TOPIC, internal_topic_configs
 from oncelog.broker.txn_runtime import TXN_TOPIC
 from oncelog.coordinator.group.records import partition_for
 from oncelog.errors import ErrorCode

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from oncelog.broker import authz
 from oncelog.broker.context import RequestContext
-from oncelog.broker.group_runtime import OFFSETS_TOPIC
 from oncelog.broker.handlers.offset_commit import partition_errors_response, requested_offsets
 from oncelog.broker.handlers.types import TxnOffsetCommitAnswer, TxnOffsetCommitRequest
+from oncelog.broker.internal_topics import OFFSETS_TOPIC
 from oncelog.errors import ErrorCode
 from oncelog.security.acl import AclOperation as Op
 from oncelog.types import TopicPartition
