@@ -8,10 +8,11 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from oncelog.spark.kafka_read import DataLossError, OffsetFetcher, check_data_loss, read_range
+from oncelog.spark.kafka_read import OffsetFetcher, check_data_loss, read_range
 from oncelog.spark.offsets import EARLIEST_SENTINEL, LATEST_SENTINEL, resolve
 from oncelog.spark.options import SourceOptions
 from oncelog.spark.partitions import RangePartition, plan_ranges
+from oncelog.spark.read_errors import DataLossError
 
 
 class KafkaBatchReader(DataSourceReader):

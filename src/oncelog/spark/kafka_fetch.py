@@ -47,9 +47,9 @@ from oncelog.protocol.records.batch import (
 )
 from oncelog.protocol.records.compression import decompress
 from oncelog.protocol.records.control import parse_marker_at
-from oncelog.spark.kafka_read import DataLossError, ReadTimeoutError
 from oncelog.spark.options import SourceOptions
 from oncelog.spark.partitions import OffsetRange
+from oncelog.spark.read_errors import DataLossError, ReadTimeoutError
 from oncelog.types import TopicPartition
 
 FETCH = 1

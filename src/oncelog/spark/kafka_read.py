@@ -36,6 +36,7 @@ from oncelog.spark.offsets import PartitionOffsets
 from oncelog.spark.offsets import TopicPartition as TP
 from oncelog.spark.options import Assign, SourceOptions, Subscribe
 from oncelog.spark.partitions import OffsetRange
+from oncelog.spark.read_errors import DataLossError, ReadTimeoutError
 
 #: Records per consume() call and per Arrow batch handed to Spark.
 CHUNK = 2000
@@ -67,14 +68,6 @@ def retried(call: Callable[[], T]) -> T:
         except KafkaException:
             time.sleep(FETCH_RETRY_SECONDS)
     return call()
-
-
-class DataLossError(RuntimeError):
-    """Offsets the query needs were deleted (retention) or the partition went away."""
-
-
-class ReadTimeoutError(RuntimeError):
-    """The consumer position made no progress towards the end offset within the poll timeout."""
 
 
 def source_schema(include_headers: bool) -> StructType:

@@ -23,7 +23,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from oncelog.spark.kafka_read import DataLossError, OffsetFetcher, check_data_loss, read_range
+from oncelog.spark.kafka_read import OffsetFetcher, check_data_loss, read_range
 from oncelog.spark.offsets import (
     EARLIEST_SENTINEL,
     INITIAL_KEY,
@@ -37,6 +37,7 @@ from oncelog.spark.offsets import (
 )
 from oncelog.spark.options import SourceOptions
 from oncelog.spark.partitions import RangePartition, limit_offsets, plan_ranges
+from oncelog.spark.read_errors import DataLossError
 
 
 class KafkaStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
