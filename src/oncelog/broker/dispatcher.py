@@ -300,12 +300,11 @@ class Dispatcher:
             ),
         )
         replicas = self.broker.replicas
-        replicas.coordinator_writes.clear()  # timers' writes are nobody's to wait for
         quotas = self.broker.quotas
         charged = quotas.enabled and _charged(api_key, version, request)
         handling = time.perf_counter() if charged else 0.0
         try:
-            answer = route.handler(ctx, request)
+            answer, writes = replicas.writes_of(route.handler, ctx, request)
         except CloseConnection as exc:
             metrics.record_request(api_key, started)
             return Close(str(exc))
@@ -321,8 +320,8 @@ class Dispatcher:
             metrics.record_request(api_key, started)
             return NoReply()
         follower = api_key == _FETCH and getattr(request, "replica_id", -1) >= 0
-        if replicas.coordinator_writes and not isinstance(answer, Delayed):
-            answer = self._after_replication(answer, list(replicas.coordinator_writes))
+        if writes and not isinstance(answer, Delayed):
+            answer = self._after_replication(answer, writes)
             if isinstance(answer, CloseConnection):
                 metrics.record_request(api_key, started)
                 return Close(str(answer))

@@ -228,7 +228,7 @@ class GroupRuntime:
             return
         point = self._unreplicated_end(group_id)
         if point is not None:
-            self.replicas.coordinator_writes.append(point)
+            self.replicas.note_coordinator_write(point)
 
     def _offsets_partition(self, group_id: str) -> TopicPartition:
         return TopicPartition(OFFSETS_TOPIC, self.coordinator.partition_for(group_id))

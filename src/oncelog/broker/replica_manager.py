@@ -14,7 +14,7 @@ import logging
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Literal, cast, overload
+from typing import Literal, ParamSpec, TypeVar, cast, overload
 
 from oncelog.broker.partition import Change, Partition, ReplicaView, Role
 from oncelog.broker.produce_verification import ProduceVerification
@@ -44,7 +44,7 @@ from oncelog.metadata.producer_ids import ProducerIdManager, ProducerIdPool, pro
 from oncelog.producer_state.tracker import ProducerTracker
 from oncelog.protocol.records.batch import TRANSACTIONAL_FLAG
 from oncelog.replication.follower import follower_high_watermark
-from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanSwap, LogCleaner
+from oncelog.storage.cleaner import CleanerSettings, LogCleaner
 from oncelog.storage.log_info import AppendOrigin, EndTxnMarker, FollowerAppendInfo
 from oncelog.storage.log_manager import LogManager
 from oncelog.storage.partition_log import AppendInfo, PartitionLog, ProducerSettings, ReadResult
@@ -56,6 +56,11 @@ from oncelog.types import TopicPartition
 _new_tuple = tuple.__new__
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+#: (partition, offset its high watermark must reach, leader epoch) of a coordinator record.
+CoordinatorWrite = tuple[TopicPartition, int, int]
 
 LEADER_EPOCH = 0
 MAX_PARTITIONS_PER_TOPIC = 10_000
@@ -98,9 +103,9 @@ class ReplicaManager:
             flush=listeners.flush,
             rolled=listeners.segment_rolled,
             checkpoint_soon=listeners.checkpoint_soon,
+            cleaner=LogCleaner(CleanerSettings.from_config(config), clock),
         )
         self.producer_ids = producer_ids or producer_id_source(config)
-        self.cleaner = LogCleaner(CleanerSettings.from_config(config), clock)
         self._log_configs: dict[str, LogConfig] = {}
         #: Dynamic broker configs in force ("" the cluster default, str(node id) this
         #: broker's own), over the static `config`; kept in the metadata image on a single
@@ -112,10 +117,8 @@ class ReplicaManager:
         self.verification = ProduceVerification(listeners.transactions, self.clustered)
         #: In a cluster: this broker's replica of each partition it holds (else empty).
         self.replicas_by_tp: dict[TopicPartition, Partition] = {}
-        #: In a cluster: (partition, offset its HW must reach, leader epoch) of coordinator
-        #: records appended by the request being handled; the dispatcher holds the answer
-        #: until they are replicated (Kafka's coordinators append with acks=all).
-        self.coordinator_writes: list[tuple[TopicPartition, int, int]] = []
+        #: The coordinator writes of the run `writes_of` is in (None outside any).
+        self._run_writes: list[CoordinatorWrite] | None = None
         # The metrics' two, looked up once: they run on every append.
         self._appended = listeners.appended
         self._replicated = listeners.replicated
@@ -368,7 +371,7 @@ class ReplicaManager:
         """Every write to a partition of this broker (Kafka's `appendRecords` with its
         `AppendOrigin`); all or nothing. What follows a write happens here, once: the
         metrics, the leader's high watermark, and a coordinator write's place in the
-        request's `coordinator_writes`. Waiting fetches are woken by the caller
+        request's writes (`writes_of`). Waiting fetches are woken by the caller
         (`notify_appended`), once for all the partitions of its request.
 
         CLIENT: a producer's one batch, checked for KIP-890 verification (unless in
@@ -413,8 +416,31 @@ class ReplicaManager:
         if self.clustered:
             self.leader_appended(tp)
             if coordinator:
-                self.coordinator_writes.append((tp, info.last_offset + 1, leader_epoch))
+                self.note_coordinator_write((tp, info.last_offset + 1, leader_epoch))
         return info
+
+    def writes_of(
+        self, run: Callable[P, T], *args: P.args, **kwargs: P.kwargs
+    ) -> tuple[T, list[CoordinatorWrite]]:
+        """`run(*args, **kwargs)` and, in a cluster, the coordinator writes it made:
+        (partition, offset its high watermark must reach, leader epoch). The dispatcher runs
+        each handler so and holds the answer until they are replicated (Kafka's coordinators
+        append with acks=all); a held answer's retry runs its step so. A write outside any
+        run (a timer's) is nobody's to wait for."""
+        outer = self._run_writes
+        writes: list[CoordinatorWrite] = []
+        self._run_writes = writes
+        try:
+            return run(*args, **kwargs), writes
+        finally:
+            self._run_writes = outer
+
+    def note_coordinator_write(self, write: CoordinatorWrite) -> None:
+        """Count `write` among the current run's (`writes_of`): also a record another
+        request appended that this one's answer reads, not yet replicated."""
+        writes = self._run_writes
+        if writes is not None:
+            writes.append(write)
 
     @staticmethod
     def _stored(
@@ -764,32 +790,3 @@ class ReplicaManager:
 
     def apply_retention(self) -> int:
         return self.logs.apply_retention()
-
-    # -- log cleaner: the server runs `clean_segments` in a worker, these two on its loop --------
-
-    def next_clean_job(self) -> tuple[PartitionLog, CleanJob] | None:
-        """The next cleaning round to run, if a compacted partition needs one."""
-        if not self.cleaner.settings.enable:
-            return None
-        return self.cleaner.grab_filthiest(plog for _, plog in self.logs.partitions())
-
-    def finish_clean(self, cleaned: CleanSwap) -> bool:
-        """Apply a swap whose files were renamed in a worker (`LogCleaner.begin_swap`, then
-        `CleanSwap.run`); whether it went in whole. The caller writes the checkpoint files
-        (the cleaner's offset) then, in a worker as after retention (a crash before they are
-        written only makes the next round clean the same range again).
-
-        A swap that fails half-way (a disk error) leaves the files for the next load to
-        complete; the partition is reloaded from them now, as a start would.
-        """
-        try:
-            return self.cleaner.end_swap(cleaned)
-        except OSError as exc:
-            tp = cleaned.job.tp
-            log.error("%s: swapping cleaned segments failed: %s; reloading the partition", tp, exc)
-            if self.logs.get(tp) is cleaned.plog:
-                self.logs.reload(tp)
-            return False
-
-    def clean_failed(self, job: CleanJob, exc: BaseException) -> None:
-        self.cleaner.failed(job, exc)

@@ -176,7 +176,7 @@ class TxnRuntime:
             return
         end = replica.log.log_end_offset
         if replica.log.high_watermark < end:
-            self.replicas.coordinator_writes.append((tp, end, replica.leader_epoch))
+            self.replicas.note_coordinator_write((tp, end, replica.leader_epoch))
 
     def state_partition(self, txn_id: str) -> TopicPartition:
         """The partition of `__transaction_state` that holds `txn_id`'s records."""

@@ -296,7 +296,7 @@ class BrokerServer:
             self._tasks.append(
                 asyncio.create_task(self._every(checkpoint_ms / 1000, self._checkpoint))
             )
-        cleaner = self.replicas.cleaner.settings
+        cleaner = self.replicas.logs.cleaner.settings
         if cleaner.enable and cleaner.threads > 0:
             self._tasks.append(
                 asyncio.create_task(self._every(cleaner.backoff_ms / 1000, self._clean))
@@ -554,20 +554,20 @@ class BrokerServer:
         segments go into the log here; a result whose segments changed is discarded.
         """
         loop = asyncio.get_running_loop()
-        while (picked := self.replicas.next_clean_job()) is not None:
+        while (picked := self.replicas.logs.next_clean_job()) is not None:
             plog, job = picked
             if self._cleaner_pool is None:
                 self._cleaner_pool = new_pool()
             try:
                 result = await loop.run_in_executor(self._cleaner_pool, clean_segments, job)
             except asyncio.CancelledError:
-                self.replicas.clean_failed(job, RuntimeError("broker stopping"))
+                self.replicas.logs.clean_failed(job, RuntimeError("broker stopping"))
                 raise
             except Exception as exc:
-                self.replicas.clean_failed(job, exc)
+                self.replicas.logs.clean_failed(job, exc)
                 return
             current = self.replicas.logs.get(job.tp)  # None or another log: deleted, reloaded
-            cleaned = self.replicas.cleaner.begin_swap(
+            cleaned = self.replicas.logs.cleaner.begin_swap(
                 plog if current is plog else None, job, result
             )
             if cleaned is None:
@@ -575,7 +575,7 @@ class BrokerServer:
                 continue
             # Cancelled (the broker stopping), the worker goes on; closing the log settles it.
             await loop.run_in_executor(None, cleaned.run)
-            if self.replicas.finish_clean(cleaned):
+            if self.replicas.logs.finish_clean(cleaned):
                 await self._write_checkpoint_files()
 
     def _stop_cleaner(self) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from oncelog.clock import Clock
 from oncelog.config import LogConfig
+from oncelog.storage.cleaner import CleanerSettings, CleanJob, CleanSwap, LogCleaner
 from oncelog.storage.files import read_offset_checkpoint, write_offset_checkpoint
 from oncelog.storage.local_log import LogHooks, remove_paths, retire_directory
 from oncelog.storage.partition_log import PartitionLog, ProducerSettings
@@ -141,6 +142,7 @@ class LogManager:
         flush: Callable[[Callable[[], None]], None] | None = None,
         rolled: Callable[[], None] | None = None,
         checkpoint_soon: Callable[[], None] | None = None,
+        cleaner: LogCleaner | None = None,
     ) -> None:
         """`replication`: a clustered broker; every partition loaded or created keeps its
         high watermark as state (`PartitionLog.enable_replication`). Partitions listed in
@@ -150,7 +152,8 @@ class LogManager:
         metrics time them); `rolled` is told when a partition rolled a segment (on whatever
         thread appended: the broker then runs `flush_rolled` in a worker soon, not only on
         its 1 s timer); `checkpoint_soon` writes the checkpoint files soon (the broker: in a
-        worker, off its event loop; None: at once)."""
+        worker, off its event loop; None: at once). `cleaner`: compaction's rounds over
+        these logs (Kafka's LogManager owns its LogCleaner too); none by default."""
         self.log_dirs = log_dirs
         self.clock = clock
         self.producers = producers or ProducerSettings()
@@ -165,6 +168,7 @@ class LogManager:
         self._files_written = 0
         """Numbers of the newest contents noted and written (`CheckpointFiles.seq`)."""
         self.clean_start = True
+        self.cleaner = cleaner or LogCleaner(CleanerSettings(enable=False), clock)
         self._flush_hook = flush or _run
         self._roll_hook = rolled or _nothing
         self._checkpoint_hook = checkpoint_soon or self.checkpoint
@@ -437,6 +441,35 @@ class LogManager:
         self.checkpoint()
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).touch()
+
+    # -- the log cleaner: the server runs `clean_segments` in a worker, these on its loop ------
+
+    def next_clean_job(self) -> tuple[PartitionLog, CleanJob] | None:
+        """The next cleaning round to run, if a compacted partition needs one."""
+        if not self.cleaner.settings.enable:
+            return None
+        return self.cleaner.grab_filthiest(list(self.logs.values()))
+
+    def finish_clean(self, cleaned: CleanSwap) -> bool:
+        """Apply a swap whose files were renamed in a worker (`LogCleaner.begin_swap`, then
+        `CleanSwap.run`); whether it went in whole. The caller writes the checkpoint files
+        (the cleaner's offset) then, in a worker as after retention (a crash before they are
+        written only makes the next round clean the same range again).
+
+        A swap that fails half-way (a disk error) leaves the files for the next load to
+        complete; the partition is reloaded from them now, as a start would.
+        """
+        try:
+            return self.cleaner.end_swap(cleaned)
+        except OSError as exc:
+            tp = cleaned.job.tp
+            log.error("%s: swapping cleaned segments failed: %s; reloading the partition", tp, exc)
+            if self.logs.get(tp) is cleaned.plog:
+                self.reload(tp)
+            return False
+
+    def clean_failed(self, job: CleanJob, exc: BaseException) -> None:
+        self.cleaner.failed(job, exc)
 
 
 def _run(flush: Callable[[], None]) -> None:

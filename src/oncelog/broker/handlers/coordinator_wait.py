@@ -79,16 +79,11 @@ def after_previous_transaction(
         if answered is None:
             if force:
                 return answer(ErrorCode.concurrent_transactions)
-            # Run outside any request: keep the writes list of whatever is being handled.
-            outer = replicas.coordinator_writes
-            replicas.coordinator_writes = writes
-            try:
-                code = step()
-            finally:
-                replicas.coordinator_writes = outer
+            # Run apart from whatever request is being handled: these writes are ours.
+            code, written = replicas.writes_of(step)
             if code == ErrorCode.concurrent_transactions:
-                writes.clear()
                 return None
+            writes[:] = written
             answered = answer(code)
         return answer_once_replicated(replicas, writes, answered, force)
 
