@@ -7,7 +7,9 @@ the controller's writes as compare-and-swaps; every other write is dropped and t
 real state is replayed to the controller as an event, as the real adapter does.
 
 Partitions are also moved to other replicas and moves cancelled (KIP-455); the controller
-ends a move in one write with the topic, which the fake applies only if neither key moved.
+ends a move in one write with the topic, which the fake applies only if neither key moved,
+as one revision whose topic event the controller is told before the partition's (as the
+real IO layer does).
 
 Checked on every change etcd accepts: the leader is in the ISR or -1; the ISR is a
 non-empty subset of the replicas; without unclean election a new leader was in the ISR it
@@ -114,6 +116,18 @@ class ControllerMachine(RuleBasedStateMachine):
         self.topic, self.topic_rev = topic, self.revision
         self.take(self.controller.topic_changed(topic, self.revision))
 
+    def end_move(self, w: PartitionWrite, old: PartitionState) -> None:
+        """A move's end: the partition and the topic in one transaction, so one revision.
+        The IO layer tells the controller the topic first (`ClusterRuntime._events`)."""
+        assert w.topic_update is not None
+        check_move_end(self.topic, w, old)
+        self.revision += 1
+        self.topic, self.topic_rev = w.topic_update, self.revision
+        check_transition(self.replicas(w.tp), old, w.new_state, self.unclean, True)
+        self.etcd[w.tp] = (w.new_state, self.revision)
+        self.take(self.controller.topic_changed(self.topic, self.revision))
+        self.feed(w.tp)
+
     def replicas(self, tp: TopicPartition) -> tuple[int, ...]:
         return self.topic.replicas[tp.partition]
 
@@ -128,10 +142,9 @@ class ControllerMachine(RuleBasedStateMachine):
                 forced = w.reason.startswith("unclean election requested")
                 if w.topic_update is not None:
                     assert current is not None
-                    check_move_end(self.topic, w, current[0])
-                self.put(w.tp, w.new_state, by_controller=True, forced=forced)
-                if w.topic_update is not None:
-                    self.put_topic(w.topic_update)
+                    self.end_move(w, current[0])
+                else:
+                    self.put(w.tp, w.new_state, by_controller=True, forced=forced)
             else:
                 self.feed(w.tp)  # dropped or CAS failed: replay the real state
 

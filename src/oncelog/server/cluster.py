@@ -78,6 +78,8 @@ log = logging.getLogger(__name__)
 
 CLUSTER_ID_KEY = b"cluster_id"
 RETRY_S = 0.5
+#: What an etcd event tells the controller, called once the views have its whole revision.
+_Feed = Callable[[], list[PartitionWrite]]
 
 
 class ClusterRuntime(
@@ -232,10 +234,11 @@ class ClusterRuntime(
         assert self.store is not None
         while True:
             try:
-                async with contextlib.aclosing(self.store.watch_prefix(b"", revision)) as events:
-                    async for event in events:
-                        revision = event.mod_revision + 1
-                        self._event(event)
+                watch = self.store.watch_prefix_revisions(b"", revision)
+                async with contextlib.aclosing(watch) as revisions:
+                    async for events in revisions:
+                        revision = events[-1].mod_revision + 1
+                        self._events([(event, None) for event in events])
             except (WatchLost, EtcdError) as exc:
                 log.warning("etcd watch broke (%s); listing again", exc)
                 while True:
@@ -261,8 +264,35 @@ class ClusterRuntime(
                 self._event(WatchEvent("put", v.key, v.value, v.mod_revision), v)
 
     def _event(self, event: WatchEvent, versioned: Versioned | None = None) -> None:
+        self._events([(event, versioned)])
+
+    def _events(self, events: Sequence[tuple[WatchEvent, Versioned | None]]) -> None:
+        """Apply the events of one etcd revision: one write, or a transaction's several keys.
+
+        The views take them in etcd's order. A finished move writes the partition state, then
+        the topic's replicas cut to the target (`_write_all`), so every broker sees the new
+        leader and ISR while the replicas still hold both. The controller takes the topic
+        events first: it must plan the partition with the replicas the revision leaves, or an
+        unclean election picks a replica the cut removes. What it plans from the cut replicas
+        and the partition's state before the revision is addressed to that state's
+        mod_revision, and loses its compare-and-swap.
+        """
+        feeds = [feed for feed in map(self._view_event, events) if feed is not None]
+        for key, feed in sorted(feeds, key=lambda f: f[0].kind == cs.KeyKind.PARTITION):
+            try:
+                writes = feed()
+            except Exception:
+                log.exception("the controller failed on the etcd event of %r", key)
+                continue
+            self._submit(writes)
+
+    def _view_event(
+        self, item: tuple[WatchEvent, Versioned | None]
+    ) -> tuple[cs.ParsedKey, _Feed] | None:
+        """Apply an event to the views; returns its key and what to tell the controller."""
+        event, versioned = item
         if event.key == CLUSTER_ID_KEY:
-            return
+            return None
         if event.kind == "put":
             self._versions[event.key] = versioned or Versioned(
                 event.key, event.value, event.mod_revision, 0, 0
@@ -271,16 +301,16 @@ class ClusterRuntime(
             self._versions.pop(event.key, None)
         try:
             parsed = cs.parse_key(event.key)
-            writes = self._apply(parsed, event)
+            feed = self._apply(parsed, event)
         except cs.ClusterStateError as exc:
             log.error("ignoring etcd key %r: %s", event.key, exc)
-            return
+            return None
         except Exception:
             log.exception("applying etcd event %s %r failed", event.kind, event.key)
-            return
-        self._submit(writes)
+            return None
+        return parsed, feed
 
-    def _apply(self, key: cs.ParsedKey, event: WatchEvent) -> list[PartitionWrite]:
+    def _apply(self, key: cs.ParsedKey, event: WatchEvent) -> _Feed:
         put = event.kind == "put"
         if key.kind == cs.KeyKind.BROKER:
             if put:
@@ -289,13 +319,13 @@ class ClusterRuntime(
                 self.fetcher.broker_changed()
                 # The registration's mod revision tells a restart from a re-read (Kafka's
                 # broker epoch): a bounced broker leaves the ISR like a dead one.
-                return self.controller.broker_registered(reg, broker_epoch=event.mod_revision)
+                return lambda: self.controller.broker_registered(reg, event.mod_revision)
             self.view.brokers.pop(key.node_id, None)
-            return self.controller.broker_expired(key.node_id)
+            return lambda: self.controller.broker_expired(key.node_id)
         if key.kind == cs.KeyKind.CONTROLLER:
             info = cs.ControllerInfo.from_bytes(event.value) if put else None
             self.view.controller_id = info.node_id if info is not None else -1
-            return []
+            return list
         if key.kind == cs.KeyKind.TOPIC:
             return self._topic_event(key.topic, event)
         if key.kind == cs.KeyKind.PARTITION:
@@ -308,9 +338,9 @@ class ClusterRuntime(
             self._broker_configs_event(key.parts[0], event.value if put else None)
         if key.kind == cs.KeyKind.CLIENT_QUOTAS:
             self._client_quota_event(key.parts[0], event.value if put else None)
-        return []
+        return list
 
-    def _topic_event(self, name: str, event: WatchEvent) -> list[PartitionWrite]:
+    def _topic_event(self, name: str, event: WatchEvent) -> _Feed:
         if event.kind == "delete":
             self.view.topics.pop(name, None)
             for tp in [tp for tp in self.view.partitions if tp.topic == name]:
@@ -318,7 +348,7 @@ class ClusterRuntime(
                 self.fetcher.unfollow(tp)
                 self.leadership_listener(tp, False)
             self.replicas.remove_topic(name)
-            return self.controller.topic_deleted(name)
+            return lambda: self.controller.topic_deleted(name)
         assignment = cs.TopicAssignment.from_bytes(event.value)
         self.view.topics[name] = assignment
         self.replicas.apply_topic(
@@ -333,19 +363,19 @@ class ClusterRuntime(
             self.wake([tp])
         for p in range(assignment.partitions):
             self._apply_partition(TopicPartition(name, p))
-        return self.controller.topic_changed(assignment, event.mod_revision)
+        return lambda: self.controller.topic_changed(assignment, event.mod_revision)
 
-    def _partition_event(
-        self, topic: str, partition: int, event: WatchEvent
-    ) -> list[PartitionWrite]:
+    def _partition_event(self, topic: str, partition: int, event: WatchEvent) -> _Feed:
         tp = TopicPartition(topic, partition)
-        if event.kind == "delete":
+        state = cs.PartitionState.from_bytes(event.value) if event.kind == "put" else None
+        if state is None:
             self.view.partitions.pop(tp, None)
-            return self.controller.partition_changed(topic, partition, None, event.mod_revision)
-        state = cs.PartitionState.from_bytes(event.value)
-        self.view.partitions[tp] = state
-        self._apply_partition(tp)
-        return self.controller.partition_changed(topic, partition, state, event.mod_revision)
+        else:
+            self.view.partitions[tp] = state
+            self._apply_partition(tp)
+        return lambda: self.controller.partition_changed(
+            topic, partition, state, event.mod_revision
+        )
 
     def _apply_partition(self, tp: TopicPartition) -> None:
         """Hand etcd's state of `tp` to the replica manager if this broker is a replica."""
@@ -473,8 +503,8 @@ class ClusterRuntime(
                 continue
             if done is None:
                 if w.topic_update is not None:
-                    # Most often the move has just ended: its partition event reaches the
-                    # controller before its topic event, and this second try loses the CAS.
+                    # Most often the move has just ended: the controller planned its end
+                    # again (on another event) before the first write came back.
                     log.debug("controller: ending the move of %s: not written", w.tp)
                 else:
                     log.info(

@@ -391,15 +391,30 @@ class EtcdStore:
         watch cannot be created within the timeout. Never ends by itself; close it with
         `contextlib.aclosing` (or `aclose()`) to release the stream at once.
         """
+        revisions = self.watch_prefix_revisions(prefix, start_revision, timeout_s=timeout_s)
+        async with contextlib.aclosing(revisions):
+            async for events in revisions:
+                for event in events:
+                    yield event
+
+    async def watch_prefix_revisions(
+        self, prefix: bytes, start_revision: int, *, timeout_s: float | None = None
+    ) -> AsyncGenerator[list[WatchEvent], None]:
+        """As `watch_prefix`, one revision at a time: the events of one write together, in
+        the order of its operations (a transaction's several keys share one revision).
+
+        etcd never splits a revision's events over watch responses (unless a watch asks
+        for `fragment`, which this one does not), so a list is always a whole revision.
+        """
         full = self._root + prefix
         events = self._watch(full, aetcd.utils.prefix_range_end(full), start_revision, timeout_s)
         async with contextlib.aclosing(events):
-            async for event in events:
-                yield event
+            async for changes in events:
+                yield changes
 
     async def _watch(
         self, key: bytes, range_end: bytes, start_revision: int, timeout_s: float | None
-    ) -> AsyncGenerator[WatchEvent, None]:
+    ) -> AsyncGenerator[list[WatchEvent], None]:
         # One gRPC stream per watch rather than aetcd's shared Watcher, which drops a stream
         # that ends cleanly without telling its watches.
         client = self._client
@@ -421,12 +436,19 @@ class EtcdStore:
                     raise WatchLost(f"etcd watch of {key!r} from {start_revision}: canceled, "
                                     f"compacted at {response.compact_revision} "
                                     f"({response.cancel_reason})")  # fmt: skip
+                changes: list[WatchEvent] = []  # of one revision (a delete's is its own)
                 for ev in response.events:
                     kind: Literal["put", "delete"] = (
                         "delete" if ev.type == aetcd.rpc.Event.DELETE else "put"
                     )
-                    yield WatchEvent(kind, bytes(ev.kv.key)[len(self._root) :],
-                                     bytes(ev.kv.value), int(ev.kv.mod_revision))  # fmt: skip
+                    event = WatchEvent(kind, bytes(ev.kv.key)[len(self._root) :],
+                                       bytes(ev.kv.value), int(ev.kv.mod_revision))  # fmt: skip
+                    if changes and changes[-1].mod_revision != event.mod_revision:
+                        yield changes
+                        changes = []
+                    changes.append(event)
+                if changes:
+                    yield changes
                 response = await responses.__anext__()
         except StopAsyncIteration:
             raise WatchLost(f"etcd watch of {key!r}: the stream ended") from None
@@ -473,8 +495,8 @@ class EtcdStore:
     async def _wait_deleted(self, full: bytes, revision: int, timeout_s: float | None) -> None:
         events = self._watch(full, b"", revision, timeout_s)
         async with contextlib.aclosing(events):
-            async for event in events:
-                if event.kind == "delete":
+            async for changes in events:
+                if any(event.kind == "delete" for event in changes):
                     return
 
     async def resign(
