@@ -51,15 +51,15 @@ def test_the_broker_cleans_and_swaps_off_its_event_loop(
         for n in range(60):
             send_plain(plog, [(f"k{n % 5}".encode(), f"v{n}".encode())])
         size = plog.size_bytes
-        server._cleaner_pool = pool  # type: ignore[assignment]
+        server.housekeeping._cleaner_pool = pool  # type: ignore[assignment]
 
         async def clean() -> int:
             calls.clear()
-            await server._clean()
+            await server.housekeeping.clean()
             return threading.get_ident()
 
         loop_thread = asyncio.run(clean())
-        assert replicas.cleaner.cleanings >= 1 and plog.size_bytes < size
+        assert replicas.logs.cleaner.cleanings >= 1 and plog.size_bytes < size
         assert [name for name, _ in calls].count("fsync") >= 3  # the swap's directory fsyncs
         assert [name for name, ident in calls if ident == loop_thread] == []
     finally:

@@ -1,11 +1,10 @@
 """The composition root: builds the broker from its config and runs it on asyncio.
 
-Owns the listener, the connections, the purgatory timers and the housekeeping tasks
-(retention, flushing rolled segments, checkpoints, idle connections, the log cleaner).
-The cleaner's rounds run in a worker process (`log.cleaner.threads` of them): a cleaning
-decodes records in Python and would otherwise take the event loop's share of the GIL; the
-loop only picks the partition and applies the swap, whose snapshot write, renames and
-fsyncs run in the default executor. SIGTERM and SIGINT stop it cleanly: connections are
+Owns the listener, the connections, the purgatory timers and the periodic tasks: the
+coordinators' timeouts and expiries, idle connections, and the log's housekeeping
+(`log_housekeeping.py`: retention, flushing rolled segments, checkpoints, the log cleaner,
+whose rounds run in a worker process, `log.cleaner.threads` of them, since a cleaning
+decodes records in Python and would otherwise take the event loop's share of the GIL). SIGTERM and SIGINT stop it cleanly: connections are
 closed, logs flushed, the clean-shutdown marker written.
 
 Start-up goes port first, then the log dirs' locks, then the disk: a taken port or a log dir
@@ -24,7 +23,6 @@ import socket
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Hashable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from typing import TYPE_CHECKING, Protocol
 
 from oncelog.broker.assembly import ServerHooks, assemble
@@ -41,14 +39,13 @@ from oncelog.coordinator.txn import Marker
 from oncelog.errors import KafkaError
 from oncelog.security.credentials import ScramCredentials
 from oncelog.server import loop_monitor
-from oncelog.server.cleaner_pool import new_pool, stop_pool
 from oncelog.server.connection import Connection
 from oncelog.server.connection_quotas import ConnectionQuotas
 from oncelog.server.listeners import ListenerSetup, authenticator_factory, setup_listeners
+from oncelog.server.log_housekeeping import LogHousekeeping
 from oncelog.server.request_memory import RequestMemory
 from oncelog.server.startup import StartupError
 from oncelog.server.tls_accept import BACKLOG, TlsAcceptor
-from oncelog.storage.cleaner import LogCleaner, clean_segments
 from oncelog.storage.log_manager import LogDirError, lock_log_dirs
 from oncelog.types import TopicPartition
 
@@ -59,7 +56,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CONNECTIONS_MAX_IDLE_MS = 600_000
-ROLLED_FLUSH_INTERVAL_S = 1.0
 EXIT_STARTUP_FAILED = 1
 
 
@@ -158,6 +154,7 @@ class BrokerServer:
             ),
         )
         self.replicas = self.core.replicas
+        self.housekeeping = LogHousekeeping(self.replicas.logs)
         self.groups = self.core.groups
         self.txns = self.core.txns
         #: A broker of an etcd cluster (etcd.connect set), else None: a single node, which
@@ -193,14 +190,8 @@ class BrokerServer:
         self._stopped = asyncio.Event()
         self.port = 0
         self.dispatcher: Dispatcher | None = None
-        self._cleaner_pool: ProcessPoolExecutor | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = -1  # the loop's thread once started (`_on_append`)
-        self._flushing = asyncio.Lock()
-        self._roll_flush: asyncio.Future[None] | None = None
-        self._roll_wanted = False
-        self._checkpoint_files_wanted = False
-        self._checkpoint_files_task: asyncio.Future[None] | None = None
 
     def _watch_connections(self, metrics: BrokerMetrics) -> None:
         """The connection gauges, read at scrape time."""
@@ -221,7 +212,7 @@ class BrokerServer:
 
     async def start(self) -> int:
         """Recover the logs, bind the listener and start housekeeping; return the port."""
-        loop = self._loop = asyncio.get_running_loop()
+        loop = self._loop = self.housekeeping.loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
         setups = setup_listeners(self.config)  # a bad TLS/SASL setting stops us before the disk
         await loop.run_in_executor(None, self.replicas.startup)
@@ -273,17 +264,7 @@ class BrokerServer:
                     self._transaction_timeouts,
                 )
             ),
-            asyncio.create_task(
-                self._every(self.config.retention_check_interval_ms / 1000, self._retention)
-            ),
-            asyncio.create_task(self._every(ROLLED_FLUSH_INTERVAL_S, self._flush)),
             asyncio.create_task(self._every(10.0, self._close_idle)),
-            asyncio.create_task(
-                self._every(
-                    self.config.get_int("producer.id.expiration.check.interval.ms") / 1000,
-                    self._expire_producers,
-                )
-            ),
             asyncio.create_task(
                 self._every(
                     self.config.get_int("offsets.retention.check.interval.ms") / 1000,
@@ -291,16 +272,10 @@ class BrokerServer:
                 )
             ),
         ]
-        checkpoint_ms = self.config.flush_offset_checkpoint_interval_ms
-        if checkpoint_ms > 0:
-            self._tasks.append(
-                asyncio.create_task(self._every(checkpoint_ms / 1000, self._checkpoint))
-            )
-        cleaner = self.replicas.logs.cleaner.settings
-        if cleaner.enable and cleaner.threads > 0:
-            self._tasks.append(
-                asyncio.create_task(self._every(cleaner.backoff_ms / 1000, self._clean))
-            )
+        self._tasks += [
+            asyncio.create_task(self._every(seconds, job))
+            for seconds, job in self.housekeeping.periodic(self.config)
+        ]
         return self.port
 
     async def _serve(self, setups: list[ListenerSetup], socks: list[socket.socket]) -> None:
@@ -504,132 +479,18 @@ class BrokerServer:
             except Exception:
                 log.exception("housekeeping job %s failed", getattr(job, "__name__", job))
 
-    async def _retention(self) -> None:
-        """Retention on the loop; the checkpoint files it changed in a worker."""
-        logs = self.replicas.logs
-        deleted = logs.apply_retention(checkpoint=False)
-        if deleted:
-            log.info("retention deleted %d segments", deleted)
-            await self._write_checkpoint_files()
-
-    async def _flush(self) -> None:
-        await self._flush_rolled()
-        logs = self.replicas.logs
-        logs.flush_by_time()
-        if logs.deleting:  # files of deleted segments and partitions, unlinked off the loop
-            await asyncio.get_running_loop().run_in_executor(None, logs.remove_deleted)
-
-    async def _flush_rolled(self) -> None:
-        """fsync rolled segments and write their rolls' producer snapshots, in a worker
-        thread; one run at a time (the 1 s timer, or a roll asking for one)."""
-        async with self._flushing:
-            await asyncio.get_running_loop().run_in_executor(
-                None, self.replicas.logs.flush_rolled
-            )
-
     def _rolled(self) -> None:
-        """A partition rolled (storage's hook, on the loop or a start-up thread): write its
-        snapshot within milliseconds rather than at the next 1 s flush."""
-        loop = self._loop
-        if loop is None or loop.is_closed():
-            return
-        loop.call_soon_threadsafe(self._schedule_roll_flush)
+        """A partition rolled (storage's hook, on the loop or a start-up thread)."""
+        self.housekeeping.rolled()
 
-    def _schedule_roll_flush(self) -> None:
-        self._roll_wanted = True
-        if self._roll_flush is None or self._roll_flush.done():
-            self._roll_flush = asyncio.ensure_future(self._flush_after_rolls())
-
-    async def _flush_after_rolls(self) -> None:
-        while self._roll_wanted:  # rolls during a flush get one more
-            self._roll_wanted = False
-            await self._flush_rolled()
-
-    async def _clean(self) -> None:
-        """Clean partitions until none needs it (Kafka's cleaner thread, then its backoff).
-
-        The round runs in the worker process on closed segments; the loop keeps serving.
-        The swap is noted here, its snapshot write, renames and directory fsyncs run in the
-        default executor (the loop pins the segments it replaces meanwhile), and the new
-        segments go into the log here; a result whose segments changed is discarded.
-        """
-        loop = asyncio.get_running_loop()
-        while (picked := self.replicas.logs.next_clean_job()) is not None:
-            plog, job = picked
-            if self._cleaner_pool is None:
-                self._cleaner_pool = new_pool()
-            try:
-                result = await loop.run_in_executor(self._cleaner_pool, clean_segments, job)
-            except asyncio.CancelledError:
-                self.replicas.logs.clean_failed(job, RuntimeError("broker stopping"))
-                raise
-            except Exception as exc:
-                self.replicas.logs.clean_failed(job, exc)
-                return
-            current = self.replicas.logs.get(job.tp)  # None or another log: deleted, reloaded
-            cleaned = self.replicas.logs.cleaner.begin_swap(
-                plog if current is plog else None, job, result
-            )
-            if cleaned is None:
-                await loop.run_in_executor(None, LogCleaner.discard, job, result)
-                continue
-            # Cancelled (the broker stopping), the worker goes on; closing the log settles it.
-            await loop.run_in_executor(None, cleaned.run)
-            if self.replicas.logs.finish_clean(cleaned):
-                await self._write_checkpoint_files()
-
-    def _stop_cleaner(self) -> None:
-        """Stop the worker now: a round in progress only wrote `.cleaned` files, which the
-        next load deletes."""
-        pool, self._cleaner_pool = self._cleaner_pool, None
-        if pool is not None:
-            stop_pool(pool)
-
-    async def _expire_producers(self) -> None:
-        removed = self.replicas.logs.remove_expired_producers()
-        if removed:
-            log.info("expired %d producer entries (producer.id.expiration.ms)", removed)
+    def _checkpoint_files_soon(self) -> None:
+        """Storage asks for the checkpoint files (after a DeleteRecords)."""
+        self.housekeeping.checkpoint_files_soon()
 
     async def _expire_offsets(self) -> None:
         removed = self.groups.expire_offsets()
         if removed:
             log.info("expired %d offset/group records (offsets.retention.minutes)", removed)
-
-    async def _checkpoint(self) -> None:
-        """The recovery-point checkpoint: partitions with new data are noted here, fsynced
-        and snapshotted in a worker thread, and their recovery points moved back here; then
-        the offset checkpoint files (recovery points, log starts, cleaner offsets, high
-        watermarks) are noted here and those that changed written in a worker."""
-        logs = self.replicas.logs
-        loop = asyncio.get_running_loop()
-        pending = logs.begin_checkpoints()
-        if pending:
-            await loop.run_in_executor(None, logs.write_checkpoints, pending)
-        logs.finish_checkpoints(pending)
-        await self._write_checkpoint_files()
-
-    def _checkpoint_files_soon(self) -> None:
-        """Storage asks for the checkpoint files (after a DeleteRecords): noted and written
-        by a task, in a worker; requests made while it runs get one more pass."""
-        self._checkpoint_files_wanted = True
-        task = self._checkpoint_files_task
-        if task is None or task.done():
-            self._checkpoint_files_task = asyncio.ensure_future(self._write_wanted_checkpoints())
-
-    async def _write_wanted_checkpoints(self) -> None:
-        while self._checkpoint_files_wanted:
-            self._checkpoint_files_wanted = False
-            try:
-                await self._write_checkpoint_files()
-            except OSError as exc:  # the periodic checkpoint tries again
-                log.error("writing the checkpoint files failed: %s", exc)
-
-    async def _write_checkpoint_files(self) -> None:
-        """The offset checkpoint files, noted here (where the offsets change) and those that
-        changed written in a worker (two fsyncs a file)."""
-        logs = self.replicas.logs
-        files = logs.checkpoint_contents()
-        await asyncio.get_running_loop().run_in_executor(None, logs.write_changed_files, files)
 
     async def _close_idle(self) -> None:
         now = self.clock.monotonic_ms()
@@ -671,15 +532,13 @@ class BrokerServer:
             acceptor.close()
         for task in self._tasks:
             task.cancel()
-        if self._roll_flush is not None:
-            self._roll_flush.cancel()
         if self._group_timer is not None:
             self._group_timer.cancel()
         if self._expiry_timer is not None:
             self._expiry_timer.cancel()
         for conn in list(self.connections):
             conn.abort()
-        self._stop_cleaner()
+        self.housekeeping.stop()
         if self.cluster is not None:
             await self.markers.stop()
             await self.cluster.stop()
