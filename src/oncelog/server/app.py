@@ -4,8 +4,9 @@ Owns the listener, the connections, the purgatory timers and the periodic tasks:
 coordinators' timeouts and expiries, idle connections, and the log's housekeeping
 (`log_housekeeping.py`: retention, flushing rolled segments, checkpoints, the log cleaner,
 whose rounds run in a worker process, `log.cleaner.threads` of them, since a cleaning
-decodes records in Python and would otherwise take the event loop's share of the GIL). SIGTERM and SIGINT stop it cleanly: connections are
-closed, logs flushed, the clean-shutdown marker written.
+decodes records in Python and would otherwise take the event loop's share of the GIL).
+SIGTERM and SIGINT stop it cleanly: connections are closed, logs flushed, the clean-shutdown
+marker written.
 
 Start-up goes port first, then the log dirs' locks, then the disk: a taken port or a log dir
 in use stops the broker before it writes anything. Every start-up failure is one line on
